@@ -1,0 +1,47 @@
+# The README's two commands, `make book` and `make test`, and the tools behind them.
+# Each sets up .venv from requirements.txt first (again only when requirements change).
+
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+
+.PHONY: book test venv chromium refresh bench clean
+
+## book: set up .venv and build the HTML book into _build/html, executing every chapter
+book: $(STAMP)
+	PAPERNOTES_QUIET=1 $(BIN)/jupyter-book build --all -W -n --keep-going .
+
+## test: lint, unit tests, nbval over every chapter, the strict book build and a headless-browser check
+test: $(STAMP) chromium
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -m book
+
+## venv: only set up the environment
+venv: $(STAMP)
+
+$(STAMP): requirements.txt pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -r requirements.txt
+	$(BIN)/pip install --quiet --no-deps --editable .
+	touch $@
+
+## chromium: Debian's Chromium for the browser check (playwright cannot download a browser here)
+chromium:
+	@command -v chromium >/dev/null || { $(SUDO) apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq chromium >/dev/null; }
+
+## refresh: re-execute chapters and save their outputs (CHAPTERS="chapters/x.ipynb" for some)
+refresh: $(STAMP)
+	$(BIN)/python tools/refresh.py $(CHAPTERS)
+
+## bench: time each chapter cold, and the whole book
+bench: $(STAMP)
+	$(BIN)/python tools/benchmark.py
+
+clean:
+	rm -rf _build

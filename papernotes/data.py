@@ -1,0 +1,79 @@
+"""The book's small MNIST: scikit-learn's bundled 8x8 digits, as torch tensors.
+
+1797 grey-scale digits of 8x8 pixels with values 0..16 ship inside scikit-learn, so nothing is
+downloaded at run time. We scale them to [0, 1] and split them once, stratified by class, with a
+fixed seed: every chapter sees the same 1347 training and 450 test images.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+import torch
+
+TEST_FRACTION = 0.25
+SPLIT_SEED = 0
+IMAGE_SHAPE = (8, 8)
+N_CLASSES = 10
+
+
+@dataclass(frozen=True)
+class Digits:
+    """Flattened images (N, 64) in [0, 1] as float32 and labels (N,) as int64."""
+
+    train_x: torch.Tensor
+    train_y: torch.Tensor
+    test_x: torch.Tensor
+    test_y: torch.Tensor
+
+    @property
+    def n_pixels(self) -> int:
+        return self.train_x.shape[1]
+
+    def images(self, x: torch.Tensor) -> torch.Tensor:
+        """Reshape flattened images (N, 64) to (N, 8, 8)."""
+        return x.reshape(-1, *IMAGE_SHAPE)
+
+
+@lru_cache(maxsize=1)
+def _split() -> tuple[np.ndarray, ...]:
+    from sklearn.datasets import load_digits
+    from sklearn.model_selection import train_test_split
+
+    bunch = load_digits()
+    x = (bunch.data / 16.0).astype(np.float32)
+    y = bunch.target.astype(np.int64)
+    return tuple(
+        train_test_split(x, y, test_size=TEST_FRACTION, random_state=SPLIT_SEED, stratify=y)
+    )
+
+
+def load_digits_split() -> Digits:
+    """The fixed train/test split of the 8x8 digits (fresh tensors on every call)."""
+    train_x, test_x, train_y, test_y = _split()
+    return Digits(
+        train_x=torch.from_numpy(train_x.copy()),
+        train_y=torch.from_numpy(train_y.copy()),
+        test_x=torch.from_numpy(test_x.copy()),
+        test_y=torch.from_numpy(test_y.copy()),
+    )
+
+
+def binarize(x: torch.Tensor, threshold: float = 0.5) -> torch.Tensor:
+    """Fixed binarisation: a pixel is on when its intensity exceeds the threshold."""
+    if not 0.0 < threshold < 1.0:
+        raise ValueError(f"threshold must lie in (0, 1); got {threshold}")
+    return (x > threshold).to(x.dtype)
+
+
+def minibatches(n: int, batch_size: int, generator: torch.Generator | None = None):
+    """Yield index tensors of minibatches forever, reshuffling each epoch; the last partial
+    batch of an epoch is dropped so that every batch has the same size."""
+    if batch_size < 1 or batch_size > n:
+        raise ValueError(f"batch_size must lie in [1, {n}]; got {batch_size}")
+    while True:
+        order = torch.randperm(n, generator=generator)
+        for start in range(0, n - batch_size + 1, batch_size):
+            yield order[start : start + batch_size]
