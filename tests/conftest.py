@@ -1,7 +1,6 @@
-"""Test-wide settings: progress bars off (the kernels nbval starts inherit this), the book's
-tools importable, torch on one thread as in the chapters."""
+"""Test settings: the book's tools importable, torch on one thread as in the chapters, and the
+strict book build that the tests marked `book` share."""
 
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -9,7 +8,6 @@ from pathlib import Path
 import pytest
 import torch
 
-os.environ.setdefault("PAPERNOTES_QUIET", "1")
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tools"))
 torch.set_num_threads(1)
