@@ -18,7 +18,7 @@ from papernotes.claims import Claims
 from papernotes.data import Digits, binarize, load_digits_split, minibatches
 from papernotes.knobs import Knob, KnobPanel, Sweep, knob_panel, precompute
 from papernotes.plotting import PALETTE, apply_style
-from papernotes.training import fit, progress
+from papernotes.training import accuracy, fit, progress
 
 __all__ = [
     "PALETTE",
@@ -27,6 +27,7 @@ __all__ = [
     "Knob",
     "KnobPanel",
     "Sweep",
+    "accuracy",
     "apply_style",
     "binarize",
     "device",

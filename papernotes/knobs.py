@@ -41,6 +41,7 @@ from papernotes import plotting
 from papernotes.training import progress
 
 Figure = Any  # a matplotlib Figure; kept loose to avoid importing pyplot here
+WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 
 
 @dataclass(frozen=True)
@@ -243,8 +244,7 @@ class KnobPanel:
             live = self.widget()
         except ImportError:
             return bundle  # no ipywidgets: the static view still works in a notebook with JS
-        live_bundle = live._repr_mimebundle_(include=include, exclude=exclude) or {}
-        bundle.update({k: v for k, v in live_bundle.items() if k != "text/plain"})
+        bundle.update(_widget_view(live))
         return bundle
 
 
@@ -285,6 +285,18 @@ def _live_widget(panel: KnobPanel):
     box.redraw = redraw  # for tests and for readers who change a control from code
     box.controls = controls
     return box
+
+
+def _widget_view(widget) -> dict:
+    """The widget-view part of a widget's display bundle.
+
+    ipywidgets 8 builds it in `_repr_mimebundle_`; ipywidgets 7 (still Colab's default) has no
+    such method, so the view, version 2.0 of the widget-view format, is written out here.
+    """
+    if hasattr(widget, "_repr_mimebundle_"):
+        bundle = widget._repr_mimebundle_() or {}
+        return {k: v for k, v in bundle.items() if k != "text/plain"}
+    return {WIDGET_VIEW: {"version_major": 2, "version_minor": 0, "model_id": widget.model_id}}
 
 
 def _live_control(widgets, knob: Knob):

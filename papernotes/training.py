@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import TypeVar
 
+import torch
 from tqdm.auto import tqdm
 
 from papernotes.chapter import quiet
@@ -49,3 +50,11 @@ def fit(
         for name, value in logs.items():
             history.setdefault(name, []).append(float(value))
     return history
+
+
+def accuracy(logits: torch.Tensor, labels: torch.Tensor) -> float:
+    """Fraction of rows whose largest logit is at the label: logits (N, C), labels (N,)."""
+    if logits.dim() != 2 or labels.shape != logits.shape[:1]:
+        shapes = f"{tuple(logits.shape)} and {tuple(labels.shape)}"
+        raise ValueError(f"accuracy needs logits (N, C) and labels (N,); got {shapes}")
+    return (logits.argmax(-1) == labels).float().mean().item()

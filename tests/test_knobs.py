@@ -193,6 +193,20 @@ def test_displayed_panel_carries_both_views():
     assert "live in Jupyter" in bundle["text/plain"]
 
 
+def test_the_widget_view_is_written_out_for_ipywidgets_7():
+    # ipywidgets 7 (Colab's default) widgets have no _repr_mimebundle_; the view is built here
+    # in the same format that ipywidgets 8 produces.
+    from types import SimpleNamespace
+
+    from papernotes.knobs import WIDGET_VIEW, _widget_view
+
+    legacy = _widget_view(SimpleNamespace(model_id="abc123"))
+    assert legacy == {WIDGET_VIEW: {"version_major": 2, "version_minor": 0, "model_id": "abc123"}}
+    box = pn.knob_panel(draw_recorder()[0], [HARD]).widget()
+    modern = _widget_view(box)[WIDGET_VIEW]
+    assert (modern["version_major"], modern["model_id"]) == (2, box.model_id)
+
+
 def test_without_ipywidgets_the_static_view_remains(monkeypatch):
     import builtins
 

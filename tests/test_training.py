@@ -1,6 +1,7 @@
 """The shared step loop and its progress bar."""
 
 import pytest
+import torch
 
 import papernotes as pn
 from papernotes import chapter
@@ -46,3 +47,13 @@ def test_progress_bar_shows_when_someone_watches(monkeypatch, capsys):
     assert not chapter.quiet()
     list(pn.progress(range(3), desc="watched"))
     assert "watched" in capsys.readouterr().err
+
+
+def test_accuracy_counts_argmax_hits():
+    logits = torch.tensor([[2.0, 1.0], [0.0, 3.0], [5.0, -1.0], [0.1, 0.2]])
+    assert pn.accuracy(logits, torch.tensor([0, 1, 1, 1])) == 0.75
+
+
+def test_accuracy_checks_shapes():
+    with pytest.raises(ValueError, match=r"logits \(N, C\) and labels \(N,\)"):
+        pn.accuracy(torch.zeros(4, 2), torch.zeros(3, dtype=torch.long))
