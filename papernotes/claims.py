@@ -76,7 +76,11 @@ class Claims:
 
     def record(self) -> Path | None:
         """Write the claims and the run time as JSON; returns the path, or None where the
-        chapter runs outside the book (Colab, say) and no record directory is set."""
+        chapter runs outside the book (Colab, say) and no record directory is set.
+
+        "seconds" runs from the setup cell to the claim check, so it leaves out the kernel's
+        start and the knob panel drawn after the check; tools/benchmark.py times whole chapters.
+        """
         directory = record_dir()
         if directory is None:
             return None
