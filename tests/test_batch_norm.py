@@ -1,0 +1,412 @@
+"""Unit tests of papernotes.batch_norm, in float64 with fixed seeds.
+
+The reference for the layer is torch.nn.BatchNorm1d / BatchNorm2d with the same hyper-parameters:
+outputs, gradients and running statistics must agree in train and in eval mode.
+"""
+
+import copy
+import math
+
+import pytest
+import torch
+from torch import nn
+
+import papernotes as pn
+from papernotes import batch_norm as bn_module
+from papernotes.batch_norm import BatchNorm, fold_into_linear
+
+TOL = 1e-6
+
+
+def gen(seed=0):
+    return torch.Generator().manual_seed(seed)
+
+
+def batches(shape, n, seed=0):
+    """n float64 batches with a per-feature offset and scale far from (0, 1)."""
+    g = gen(seed)
+    channels = shape[1]
+    scale = torch.linspace(0.5, 4.0, channels, dtype=torch.float64)
+    offset = torch.linspace(-3.0, 2.0, channels, dtype=torch.float64)
+    view = (1, channels) + (1,) * (len(shape) - 2)
+    return [
+        torch.randn(shape, generator=g, dtype=torch.float64) * scale.view(view) + offset.view(view)
+        for _ in range(n)
+    ]
+
+
+def reference_for(shape, eps, momentum):
+    cls = nn.BatchNorm1d if len(shape) == 2 else nn.BatchNorm2d
+    return cls(shape[1], eps=eps, momentum=momentum).double()
+
+
+def randomise_affine(ours, theirs, seed=1):
+    """Give both layers the same non-trivial gamma and beta, so that a swap would show."""
+    g = gen(seed)
+    gamma = torch.rand(ours.num_features, generator=g, dtype=torch.float64) * 2 + 0.5
+    beta = torch.randn(ours.num_features, generator=g, dtype=torch.float64)
+    with torch.no_grad():
+        ours.gamma.copy_(gamma)
+        ours.beta.copy_(beta)
+        theirs.weight.copy_(gamma)
+        theirs.bias.copy_(beta)
+
+
+SHAPES = [(16, 5), (8, 3, 4, 5), (1, 3, 3, 3)]
+HYPER = [(1e-5, 0.1), (0.5, 0.3)]  # a large eps shows where eps goes; a large momentum, its role
+
+
+# -- agreement with torch.nn.BatchNorm1d / BatchNorm2d ------------------------------------------
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=str)
+@pytest.mark.parametrize(("eps", "momentum"), HYPER, ids=str)
+def test_train_mode_agrees_with_torch_outputs_and_running_statistics(shape, eps, momentum):
+    ours = BatchNorm(shape[1], eps=eps, momentum=momentum).double()
+    theirs = reference_for(shape, eps, momentum)
+    randomise_affine(ours, theirs)
+    for x in batches(shape, 4):
+        assert torch.allclose(ours(x), theirs(x), rtol=0, atol=TOL)
+        assert torch.allclose(ours.running_mean, theirs.running_mean, rtol=0, atol=TOL)
+        assert torch.allclose(ours.running_var, theirs.running_var, rtol=0, atol=TOL)
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=str)
+@pytest.mark.parametrize(("eps", "momentum"), HYPER, ids=str)
+def test_eval_mode_agrees_with_torch_after_training_steps(shape, eps, momentum):
+    ours = BatchNorm(shape[1], eps=eps, momentum=momentum).double()
+    theirs = reference_for(shape, eps, momentum)
+    randomise_affine(ours, theirs)
+    for x in batches(shape, 5):
+        ours(x), theirs(x)
+    ours.eval(), theirs.eval()
+    (test,) = batches((7, *shape[1:]), 1, seed=9)
+    assert torch.allclose(ours(test), theirs(test), rtol=0, atol=TOL)
+    # Eval mode reads the statistics, never updates them.
+    before = ours.running_mean.clone(), ours.running_var.clone()
+    ours(test)
+    assert torch.equal(ours.running_mean, before[0]) and torch.equal(ours.running_var, before[1])
+
+
+@pytest.mark.parametrize("shape", [(16, 5), (8, 3, 4, 5)], ids=str)
+def test_gradients_agree_with_torch(shape):
+    # Backpropagation goes through the batch mean and variance too (the paper's Section 3).
+    ours = BatchNorm(shape[1]).double()
+    theirs = reference_for(shape, 1e-5, 0.1)
+    randomise_affine(ours, theirs)
+    (x,) = batches(shape, 1)
+    (upstream,) = batches(shape, 1, seed=5)
+    x_ours, x_theirs = x.clone().requires_grad_(True), x.clone().requires_grad_(True)
+    (ours(x_ours) * upstream).sum().backward()
+    (theirs(x_theirs) * upstream).sum().backward()
+    assert torch.allclose(x_ours.grad, x_theirs.grad, rtol=0, atol=TOL)
+    assert torch.allclose(ours.gamma.grad, theirs.weight.grad, rtol=0, atol=TOL)
+    assert torch.allclose(ours.beta.grad, theirs.bias.grad, rtol=0, atol=TOL)
+
+
+# -- the paper's definitions, checked directly ----------------------------------------------------
+
+
+def test_a_fresh_layer_has_gamma_one_beta_zero_and_neutral_running_statistics():
+    layer = BatchNorm(4)
+    assert torch.equal(layer.gamma, torch.ones(4)) and torch.equal(layer.beta, torch.zeros(4))
+    assert torch.equal(layer.running_mean, torch.zeros(4))
+    assert torch.equal(layer.running_var, torch.ones(4))
+    assert {name for name, _ in layer.named_parameters()} == {"gamma", "beta"}
+
+
+def test_train_mode_normalises_with_the_biased_batch_variance():
+    (x,) = batches((10, 3), 1)
+    layer = BatchNorm(3, eps=1e-12).double()
+    y = layer(x)
+    # Zero mean and, with the biased variance (divide by m), exactly unit variance per feature.
+    assert torch.allclose(y.mean(0), torch.zeros(3, dtype=torch.float64), atol=1e-12)
+    assert torch.allclose(y.var(0, correction=0), torch.ones(3, dtype=torch.float64), atol=1e-9)
+    expected = (x - x.mean(0)) / torch.sqrt(x.var(0, correction=0) + 1e-12)
+    assert torch.allclose(y, expected, atol=1e-12)
+
+
+def test_running_variance_is_unbiased_and_momentum_weighs_the_new_batch():
+    xs = batches((6, 2), 2)
+    layer = BatchNorm(2, momentum=0.25).double()
+    for x in xs:
+        layer(x)
+    mean, var = torch.zeros(2, dtype=torch.float64), torch.ones(2, dtype=torch.float64)
+    for x in xs:  # r <- (1 - momentum) r + momentum * batch value, variance with m / (m - 1)
+        mean = 0.75 * mean + 0.25 * x.mean(0)
+        var = 0.75 * var + 0.25 * x.var(0, correction=1)
+    assert torch.allclose(layer.running_mean, mean, atol=1e-12)
+    assert torch.allclose(layer.running_var, var, atol=1e-12)
+
+
+def test_convolutional_statistics_pool_the_batch_and_every_pixel():
+    (x,) = batches((4, 3, 5, 2), 1)
+    layer = BatchNorm(3, momentum=1.0).double()
+    y = layer(x)
+    per_channel = x.transpose(0, 1).reshape(3, -1)  # (C, N*H*W)
+    assert torch.allclose(layer.running_mean, per_channel.mean(1), atol=1e-12)
+    assert torch.allclose(layer.running_var, per_channel.var(1, correction=1), atol=1e-12)
+    assert torch.allclose(y.mean((0, 2, 3)), torch.zeros(3, dtype=torch.float64), atol=1e-12)
+
+
+def test_eval_mode_is_the_formula_with_running_statistics_and_ignores_the_batch():
+    layer = BatchNorm(3, eps=1e-3).double()
+    for x in batches((12, 3), 3):
+        layer(x)
+    with torch.no_grad():
+        layer.gamma.copy_(torch.tensor([0.5, 2.0, -1.0]))
+        layer.beta.copy_(torch.tensor([1.0, 0.0, 3.0]))
+    layer.eval()
+    (x,) = batches((9, 3), 1, seed=4)
+    expected = (x - layer.running_mean) / torch.sqrt(layer.running_var + 1e-3) * layer.gamma
+    expected = expected + layer.beta
+    assert torch.allclose(layer(x), expected, rtol=0, atol=1e-12)
+    # One example at a time gives the same predictions as the whole batch.
+    one_by_one = torch.cat([layer(x[i : i + 1]) for i in range(len(x))])
+    assert torch.allclose(one_by_one, layer(x), rtol=0, atol=1e-12)
+
+
+def test_gamma_and_beta_can_undo_the_normalisation():
+    (x,) = batches((20, 4), 1)
+    layer = BatchNorm(4, eps=1e-12).double()
+    with torch.no_grad():
+        layer.gamma.copy_(x.var(0, correction=0).sqrt())
+        layer.beta.copy_(x.mean(0))
+    assert torch.allclose(layer(x), x, atol=1e-9)
+
+
+# -- folding BN into the linear layer before it ----------------------------------------------------
+
+
+def trained_pair(bias=True, seed=0):
+    torch.manual_seed(seed)
+    linear = nn.Linear(6, 4, bias=bias).double()
+    bn = BatchNorm(4, eps=1e-2).double()
+    with torch.no_grad():
+        bn.gamma.uniform_(0.5, 2.0)
+        bn.beta.normal_()
+    for x in batches((16, 6), 3, seed=seed):
+        bn(linear(x))
+    return linear, bn.eval()
+
+
+@pytest.mark.parametrize("bias", [True, False])
+def test_folded_linear_equals_bn_after_linear_in_eval_mode(bias):
+    linear, bn = trained_pair(bias)
+    folded = fold_into_linear(linear, bn)
+    assert isinstance(folded, nn.Linear) and folded.bias is not None
+    (x,) = batches((11, 6), 1, seed=3)
+    with torch.no_grad():
+        assert torch.allclose(folded(x), bn(linear(x)), rtol=0, atol=1e-10)
+
+
+def test_folded_linear_is_a_copy():
+    linear, bn = trained_pair()
+    folded = fold_into_linear(linear, bn)
+    weight = folded.weight.detach().clone()
+    with torch.no_grad():
+        linear.weight.add_(1.0)
+        bn.gamma.mul_(3.0)
+    assert torch.equal(folded.weight, weight)
+
+
+def test_folding_uses_the_running_statistics_not_a_batch():
+    linear, bn = trained_pair()
+    folded = fold_into_linear(linear, bn)
+    (x,) = batches((11, 6), 1, seed=3)
+    with torch.no_grad():
+        train_mode = copy.deepcopy(bn).train()(linear(x))
+        assert (folded(x) - train_mode).abs().max() > 1e-3
+
+
+# -- the paper's MNIST network --------------------------------------------------------------------
+
+
+def test_the_mnist_network_has_the_papers_shape_and_bn_replaces_the_bias():
+    with_bn, without = bn_module.MNISTNet(True), bn_module.MNISTNet(False)
+    for net in (with_bn, without):
+        assert [(lin.in_features, lin.out_features) for lin in net.linears] == [
+            (64, 100),
+            (100, 100),
+            (100, 100),
+        ]
+        assert (net.readout.in_features, net.readout.out_features) == (100, 10)
+        assert isinstance(net.act, nn.Sigmoid)
+    assert all(lin.bias is None for lin in with_bn.linears) and len(with_bn.norms) == 3
+    assert all(lin.bias is not None for lin in without.linears) and len(without.norms) == 0
+
+
+def test_nonlinearity_inputs_are_bn_of_wu_and_feed_the_forward_pass():
+    torch.manual_seed(0)
+    net = bn_module.MNISTNet(True, "relu").double()
+    (x,) = batches((30, 64), 1)
+    inputs = net.nonlinearity_inputs(x)
+    assert [tuple(t.shape) for t in inputs] == [(30, 100)] * 3
+    # In train mode each is normalised over the batch (gamma = 1, beta = 0 at the start).
+    for t in inputs:
+        assert torch.allclose(t.mean(0), torch.zeros(100, dtype=torch.float64), atol=1e-10)
+    first = net.norms[0](net.linears[0](x))
+    assert torch.allclose(inputs[0], first)
+    assert torch.allclose(net(x), net.readout(torch.relu(net.nonlinearity_inputs(x)[-1])))
+
+
+def test_weights_start_as_small_gaussians():
+    torch.manual_seed(0)
+    net = bn_module.MNISTNet(False, hidden=400, init_std=0.1)
+    weight = net.linears[1].weight
+    assert weight.mean().item() == pytest.approx(0.0, abs=0.002)
+    assert weight.std().item() == pytest.approx(0.1, rel=0.01)
+    assert torch.equal(net.linears[1].bias, torch.zeros(400))
+
+
+@pytest.fixture(scope="module")
+def digits():
+    return pn.load_digits_split()
+
+
+def test_training_is_deterministic_and_records_the_percentile_band(digits):
+    runs = [bn_module.train_mnist_net(digits, 1.0, True, steps=60, eval_every=20) for _ in range(2)]
+    assert runs[0].steps == [20, 40, 60]
+    assert runs[0].test_accuracy == runs[1].test_accuracy
+    assert torch.equal(runs[0].band, runs[1].band)
+    assert runs[0].band.shape == (3, 3, 100)
+    assert (runs[0].band[:, 0] <= runs[0].band[:, 1]).all()
+    assert (runs[0].band[:, 1] <= runs[0].band[:, 2]).all()
+    assert not runs[0].diverged
+
+
+def test_the_last_step_is_always_evaluated(digits):
+    run = bn_module.train_mnist_net(digits, 1.0, False, steps=50, eval_every=20)
+    assert run.steps == [20, 40, 50]
+
+
+def test_a_bn_network_learns_the_digits(digits):
+    run = bn_module.train_mnist_net(digits, 3.0, True, steps=200, eval_every=100)
+    assert run.final_accuracy > 0.85
+
+
+def test_a_diverging_run_is_flagged_and_stops(digits):
+    run = bn_module.train_mnist_net(digits, 1e4, False, "relu", steps=40, eval_every=20)
+    assert run.diverged
+    assert len(run.test_accuracy) == 2
+
+
+# -- the measurements behind the claims ------------------------------------------------------------
+
+
+def make_run(accuracies, every=10):
+    n = len(accuracies)
+    return bn_module.Run(
+        steps=[every * (i + 1) for i in range(n)],
+        test_accuracy=list(accuracies),
+        band=torch.zeros(n, 3, 1),
+        diverged=False,
+    )
+
+
+def test_steps_to_reach_is_the_first_evaluation_at_or_above_the_target():
+    run = make_run([0.1, 0.5, 0.9, 0.8, 0.95])
+    assert bn_module.steps_to_reach(run, 0.9) == 30
+    assert bn_module.steps_to_reach(run, 0.95) == 50
+    assert bn_module.steps_to_reach(run, 0.05) == 10
+    assert bn_module.steps_to_reach(run, 0.99) is None
+
+
+def test_band_drift_is_the_mean_range_of_the_three_percentiles():
+    # Two units over three evaluations; unit 0 wanders, unit 1 stands still.
+    band = torch.tensor(
+        [
+            [[0.0, 5.0], [1.0, 6.0], [2.0, 7.0]],
+            [[-1.0, 5.0], [3.0, 6.0], [2.0, 7.0]],
+            [[1.0, 5.0], [2.0, 6.0], [6.0, 7.0]],
+        ]
+    )  # (evals, percentiles, units)
+    drift = bn_module.band_drift(band)
+    assert drift.tolist() == pytest.approx([(2.0 + 2.0 + 4.0) / 3, 0.0])
+
+
+# -- bad input ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("num_features", [0, -3, 2.5, True, "4"])
+def test_bad_num_features_is_rejected(num_features):
+    with pytest.raises(ValueError, match="num_features"):
+        BatchNorm(num_features)
+
+
+@pytest.mark.parametrize("eps", [0.0, -1e-5, math.nan, math.inf])
+def test_bad_eps_is_rejected(eps):
+    with pytest.raises(ValueError, match="eps"):
+        BatchNorm(3, eps=eps)
+
+
+@pytest.mark.parametrize("momentum", [0.0, -0.1, 1.5, math.nan])
+def test_bad_momentum_is_rejected(momentum):
+    with pytest.raises(ValueError, match="momentum"):
+        BatchNorm(3, momentum=momentum)
+
+
+def test_non_numeric_hyper_parameters_are_type_errors():
+    with pytest.raises(TypeError, match="eps"):
+        BatchNorm(3, eps="small")
+    with pytest.raises(TypeError, match="momentum"):
+        BatchNorm(3, momentum=None)
+
+
+@pytest.mark.parametrize("shape", [(5,), (4, 3, 2), (4, 3, 2, 2, 2), (4, 2), (4, 5, 2, 2)], ids=str)
+def test_wrong_input_shapes_are_rejected(shape):
+    with pytest.raises(ValueError, match=r"\(N, 3\)"):
+        BatchNorm(3)(torch.zeros(shape))
+
+
+def test_non_float_or_mismatched_inputs_are_type_errors():
+    with pytest.raises(TypeError, match="floating-point"):
+        BatchNorm(3)(torch.zeros(4, 3, dtype=torch.long))
+    with pytest.raises(TypeError, match="floating-point"):
+        BatchNorm(3)([[0.0, 1.0, 2.0]])
+    with pytest.raises(TypeError, match="float64"):
+        BatchNorm(3)(torch.zeros(4, 3, dtype=torch.float64))
+
+
+def test_one_value_per_feature_cannot_train_but_can_predict():
+    layer = BatchNorm(3)
+    with pytest.raises(ValueError, match="at least 2 values per feature"):
+        layer(torch.zeros(1, 3))
+    with pytest.raises(ValueError, match="at least 2 values per feature"):
+        layer(torch.zeros(1, 3, 1, 1))
+    layer.eval()
+    assert layer(torch.ones(1, 3)).shape == (1, 3)
+
+
+def test_fold_into_linear_rejects_the_wrong_layers():
+    linear, bn = trained_pair()
+    with pytest.raises(TypeError, match="linear"):
+        fold_into_linear(nn.Conv1d(6, 4, 1), bn)
+    with pytest.raises(TypeError, match="bn"):
+        fold_into_linear(linear, nn.BatchNorm1d(4))
+    with pytest.raises(ValueError, match="4 outputs but bn normalises 5"):
+        fold_into_linear(linear, BatchNorm(5).double())
+
+
+def test_bad_network_and_training_settings_are_rejected(digits):
+    with pytest.raises(ValueError, match="activation"):
+        bn_module.MNISTNet(True, "tanh")
+    with pytest.raises(TypeError, match="batch_norm"):
+        bn_module.MNISTNet(1)
+    with pytest.raises(ValueError, match="hidden"):
+        bn_module.MNISTNet(True, hidden=0)
+    with pytest.raises(ValueError, match="init_std"):
+        bn_module.MNISTNet(True, init_std=0.0)
+    with pytest.raises(ValueError, match="lr"):
+        bn_module.train_mnist_net(digits, 0.0, True)
+    with pytest.raises(ValueError, match="lr"):
+        bn_module.train_mnist_net(digits, math.inf, True)
+    with pytest.raises(ValueError, match="eval_every"):
+        bn_module.train_mnist_net(digits, 1.0, True, steps=10, eval_every=20)
+    with pytest.raises(ValueError, match="steps"):
+        bn_module.train_mnist_net(digits, 1.0, True, steps=0)
+
+
+def test_band_drift_rejects_the_wrong_shape():
+    with pytest.raises(ValueError, match=r"\(evals, 3, units\)"):
+        bn_module.band_drift(torch.zeros(4, 2, 5))
