@@ -1,0 +1,520 @@
+"""Unit tests of papernotes.recurrent_batch_norm, in float64 with fixed seeds.
+
+The BN-LSTM is checked against a reference written out here from the paper's equations, so a
+wrong placement of a BN (inside the cell recurrence, on the summed pre-activation, ...) fails.
+"""
+
+import copy
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from papernotes import recurrent_batch_norm as rbn
+
+EPS = 1e-5
+
+
+def gen(seed=0):
+    return torch.Generator().manual_seed(seed)
+
+
+def randn(*shape, seed=0, scale=1.0, shift=0.0):
+    return shift + scale * torch.randn(*shape, generator=gen(seed), dtype=torch.float64)
+
+
+def bn_lstm(input_size=3, hidden_size=4, max_steps=5, gamma_init=0.1, seed=0):
+    torch.manual_seed(seed)
+    model = rbn.BNLSTM(input_size, hidden_size, max_steps, gamma_init).double()
+    with torch.no_grad():  # move every parameter off its initial value, so that all matter
+        for parameter in model.parameters():
+            parameter.add_(0.3 * torch.randn(parameter.shape, generator=gen(seed + 1)).double())
+    return model
+
+
+def batch_stats(z):
+    return z.mean(0), z.var(0, unbiased=False)
+
+
+def reference_bn_lstm(model, x, h, c, statistics=None):
+    """The paper's equations, written out: statistics(name, t) -> (mean, var) or batch stats."""
+    hidden = model.hidden_size
+
+    def bn(z, name, t):
+        module = getattr(model, name)
+        mean, var = batch_stats(z) if statistics is None else statistics(name, t)
+        out = module.gamma * (z - mean) / torch.sqrt(var + EPS)
+        return out if module.beta is None else out + module.beta
+
+    outputs = []
+    for t in range(x.shape[0]):
+        pre = bn(h @ model.weight_h, "bn_h", t) + bn(x[t] @ model.weight_x, "bn_x", t) + model.bias
+        f, i, o = (torch.sigmoid(pre[:, k * hidden : (k + 1) * hidden]) for k in range(3))
+        g = torch.tanh(pre[:, 3 * hidden :])
+        c = f * c + i * g
+        h = o * torch.tanh(bn(c, "bn_c", t))
+        outputs.append(h)
+    return torch.stack(outputs), h, c
+
+
+# -- StepwiseBatchNorm --------------------------------------------------------------------------
+
+
+def test_training_normalizes_each_step_with_its_own_batch_statistics():
+    bn = rbn.StepwiseBatchNorm(6, max_steps=3, gamma_init=0.7).double()
+    with torch.no_grad():
+        bn.beta.copy_(randn(6, seed=1))
+    z = randn(10, 6, seed=2, scale=3.0, shift=2.0)
+    mean, var = batch_stats(z)
+    expected = 0.7 * (z - mean) / torch.sqrt(var + EPS) + bn.beta
+    assert torch.allclose(bn(z, 1), expected, atol=1e-12)
+
+
+def test_population_statistics_are_kept_per_time_step():
+    bn = rbn.StepwiseBatchNorm(4, max_steps=4, momentum=0.25).double()
+    z0 = randn(50, 4, seed=3, shift=5.0)
+    z2 = randn(50, 4, seed=4, scale=2.0, shift=-3.0)
+    bn(z0, 0)
+    bn(z2, 2)
+    for t, z in ((0, z0), (2, z2)):
+        assert torch.allclose(bn.running_mean[t], 0.25 * z.mean(0), atol=1e-12)
+        assert torch.allclose(bn.running_var[t], 0.75 + 0.25 * z.var(0, unbiased=True), atol=1e-12)
+    for t in (1, 3):  # steps that saw no data keep their initial statistics
+        assert torch.equal(bn.running_mean[t], torch.zeros(4, dtype=torch.float64))
+        assert torch.equal(bn.running_var[t], torch.ones(4, dtype=torch.float64))
+
+
+def set_statistics(bn, seed=5):
+    with torch.no_grad():
+        bn.running_mean.copy_(randn(*bn.running_mean.shape, seed=seed))
+        bn.running_var.copy_(randn(*bn.running_var.shape, seed=seed + 1).abs() + 0.5)
+
+
+def test_evaluation_uses_each_steps_population_statistics_and_the_last_beyond_max_steps():
+    bn = rbn.StepwiseBatchNorm(3, max_steps=4, gamma_init=1.0, shift=False).double().eval()
+    set_statistics(bn)
+    z = randn(7, 3, seed=7)
+    for t in range(8):
+        row = min(t, 3)
+        expected = (z - bn.running_mean[row]) / torch.sqrt(bn.running_var[row] + EPS)
+        assert torch.allclose(bn(z, t), expected, atol=1e-12), t
+    # Steps 4, 5, ... are not merely clamped somewhere: they use exactly step 3's row.
+    assert torch.equal(bn(z, 9), bn(z, 3))
+    assert not torch.allclose(bn(z, 2), bn(z, 3))
+
+
+def test_keep_first_steps_makes_later_steps_reuse_the_new_last_step():
+    bn = rbn.StepwiseBatchNorm(3, max_steps=6).double().eval()
+    set_statistics(bn, seed=8)
+    z = randn(5, 3, seed=9)
+    before = [bn(z, t) for t in range(6)]
+    bn.keep_first_steps(2)
+    assert bn.max_steps == 2 and bn.running_mean.shape == (2, 3)
+    assert torch.equal(bn(z, 0), before[0]) and torch.equal(bn(z, 1), before[1])
+    for t in range(2, 6):
+        assert torch.equal(bn(z, t), before[1])
+
+
+def test_batch_norm_gradient_matches_the_written_out_formula():
+    bn = rbn.StepwiseBatchNorm(5, max_steps=2, gamma_init=0.4).double()
+    z = randn(8, 5, seed=10).requires_grad_(True)
+    weights = randn(8, 5, seed=11)
+    (bn(z, 0) * weights).sum().backward()
+    z_ref = z.detach().clone().requires_grad_(True)
+    mean, var = batch_stats(z_ref)
+    ((0.4 * (z_ref - mean) / torch.sqrt(var + EPS)) * weights).sum().backward()
+    assert torch.allclose(z.grad, z_ref.grad, atol=1e-10)
+
+
+# -- the BN-LSTM ---------------------------------------------------------------------------------
+
+
+def test_bn_lstm_training_forward_follows_the_papers_equations():
+    model = bn_lstm()
+    x = randn(5, 6, 3, seed=12)
+    h0, c0 = randn(6, 4, seed=13, scale=0.1), randn(6, 4, seed=14)
+    outputs, (h, c) = model(x, (h0, c0))
+    expected, h_ref, c_ref = reference_bn_lstm(model, x, h0, c0)
+    assert outputs.shape == (5, 6, 4)
+    assert torch.allclose(outputs, expected, atol=1e-10)
+    assert torch.allclose(h, h_ref, atol=1e-10) and torch.allclose(c, c_ref, atol=1e-10)
+
+
+def test_the_cell_state_is_carried_unnormalized_when_the_gates_say_so():
+    # Forget gate fully open, input gate shut: the LSTM cell must carry c_0 unchanged. A BN
+    # inside the cell's recurrence would rescale it at every step.
+    model = bn_lstm(seed=1)
+    with torch.no_grad():
+        model.bias[:4] = 40.0  # forget gate: sigmoid = 1
+        model.bias[4:8] = -40.0  # input gate: sigmoid = 0
+    c0 = randn(6, 4, seed=17, scale=5.0, shift=3.0)
+    _, (_, c) = model(randn(4, 6, 3, seed=15), (randn(6, 4, seed=16, scale=0.1), c0))
+    assert torch.allclose(c, c0, atol=1e-10)
+
+
+def test_per_step_statistics_are_kept_for_every_bn_and_step():
+    model = bn_lstm(max_steps=4)
+    x = randn(4, 8, 3, seed=18)
+    model(x, (randn(8, 4, seed=19, scale=0.1), torch.zeros(8, 4, dtype=torch.float64)))
+    for name in ("bn_x", "bn_h", "bn_c"):
+        means = getattr(model, name).running_mean
+        assert means.shape[0] == 4
+        assert (means.abs().sum(1) > 0).all(), name  # every step has been updated
+        assert not torch.allclose(means[1], means[2]), name  # and separately
+    # The input term's step-t statistics are those of W_x x_t over the batch (momentum 0.1).
+    expected = 0.1 * (x @ model.weight_x).mean(1)
+    assert torch.allclose(model.bn_x.running_mean, expected.detach(), atol=1e-12)
+
+
+def test_evaluation_beyond_max_steps_uses_the_last_steps_statistics():
+    model = bn_lstm(max_steps=3).eval()
+    for name in ("bn_x", "bn_h", "bn_c"):
+        set_statistics(getattr(model, name), seed=20 + len(name))
+    x = randn(6, 5, 3, seed=21)
+    zeros = torch.zeros(5, 4, dtype=torch.float64)
+
+    def statistics(name, t):
+        module = getattr(model, name)
+        row = min(t, 2)
+        return module.running_mean[row], module.running_var[row]
+
+    outputs, _ = model(x)
+    expected, _, _ = reference_bn_lstm(model, x, zeros, zeros, statistics)
+    assert torch.allclose(outputs, expected, atol=1e-10)
+
+    # The same model with statistics for 6 steps, rows 3..5 copied from row 2, agrees.
+    longer = rbn.BNLSTM(3, 4, 6).double().eval()
+    state = {k: v for k, v in model.state_dict().items() if "running" not in k}
+    longer.load_state_dict(state, strict=False)
+    for name in ("bn_x", "bn_h", "bn_c"):
+        short, long_ = getattr(model, name), getattr(longer, name)
+        with torch.no_grad():
+            long_.running_mean.copy_(short.running_mean[[0, 1, 2, 2, 2, 2]])
+            long_.running_var.copy_(short.running_var[[0, 1, 2, 2, 2, 2]])
+    assert torch.allclose(longer(x)[0], outputs, atol=1e-12)
+
+
+def test_a_training_sequence_longer_than_max_steps_is_an_error():
+    model = bn_lstm(max_steps=5)
+    with pytest.raises(ValueError, match="longer than max_steps = 5"):
+        model(randn(6, 4, 3, seed=22))
+    model.eval()
+    assert model(randn(6, 4, 3, seed=22))[0].shape == (6, 4, 4)  # fine at test time
+
+
+@pytest.mark.parametrize("gamma", [0.1, 0.5, 1.0])
+def test_gamma_init_is_honoured_by_every_bn(gamma):
+    model = rbn.BNLSTM(2, 3, 4, gamma_init=gamma)
+    for name, features in (("bn_x", 12), ("bn_h", 12), ("bn_c", 3)):
+        module = getattr(model, name)
+        assert torch.equal(module.gamma.detach(), torch.full((features,), gamma)), name
+    assert model.bn_x.beta is None and model.bn_h.beta is None  # b is the only shift
+    assert torch.equal(model.bn_c.beta.detach(), torch.zeros(3))
+
+
+def test_default_gamma_is_the_papers_0_1():
+    assert torch.equal(rbn.BNLSTM(1, 2, 3).bn_h.gamma.detach(), torch.full((8,), 0.1))
+
+
+def test_gradients_flow_to_every_parameter():
+    model = bn_lstm(max_steps=6)
+    x = randn(6, 8, 3, seed=23)
+    state = (randn(8, 4, seed=24, scale=0.1), torch.zeros(8, 4, dtype=torch.float64))
+    outputs, _ = model(x, state)
+    (outputs * randn(6, 8, 4, seed=25)).sum().backward()
+    names = {name for name, _ in model.named_parameters()}
+    assert names == {
+        "weight_x",
+        "weight_h",
+        "bias",
+        "bn_x.gamma",
+        "bn_h.gamma",
+        "bn_c.gamma",
+        "bn_c.beta",
+    }
+    for name, parameter in model.named_parameters():
+        assert parameter.grad is not None, name
+        assert torch.isfinite(parameter.grad).all() and parameter.grad.abs().sum() > 0, name
+
+
+def test_gradients_reach_the_first_inputs():
+    model = bn_lstm(max_steps=6)
+    x = randn(6, 8, 3, seed=26).requires_grad_(True)
+    outputs, _ = model(x, (randn(8, 4, seed=27, scale=0.1), torch.zeros(8, 4).double()))
+    outputs[-1].sum().backward()
+    assert (x.grad[0].abs().sum() > 0).item()
+
+
+def test_initialisation_follows_the_papers_code():
+    model = rbn.BNLSTM(1, 5, 4)
+    hidden = 5
+    assert torch.equal(model.weight_h[:, 3 * hidden :].detach(), torch.eye(hidden))
+    gates = model.weight_h[:, : 3 * hidden].detach()
+    assert torch.allclose(gates @ gates.T, torch.eye(hidden), atol=1e-5)  # orthogonal rows
+    assert torch.equal(model.bias[:hidden].detach(), torch.ones(hidden))
+    assert torch.equal(model.bias[hidden:].detach(), torch.zeros(3 * hidden))
+
+
+def test_the_lstm_baseline_is_the_same_lstm_without_bn():
+    torch.manual_seed(3)
+    baseline = rbn.LSTM(3, 4).double()
+    lstm = baseline.lstm
+    x = randn(5, 6, 3, seed=28)
+    h, c = randn(6, 4, seed=29, scale=0.1), randn(6, 4, seed=30)
+    outputs, (h_last, c_last) = baseline(x, (h, c))
+    # By hand, in torch's gate order (i, f, g, o).
+    for t in range(5):
+        pre = x[t] @ lstm.weight_ih_l0.T + h @ lstm.weight_hh_l0.T + lstm.bias_ih_l0
+        i, f, g, o = pre.chunk(4, dim=1)
+        c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
+        h = torch.sigmoid(o) * torch.tanh(c)
+        assert torch.allclose(outputs[t], h, atol=1e-12)
+    assert torch.allclose(h_last, h) and torch.allclose(c_last, c)
+    # Same initialisation as the BN-LSTM: identity on the candidate block, forget bias 1.
+    assert torch.equal(lstm.weight_hh_l0[8:12].detach(), torch.eye(4, dtype=torch.float64))
+    assert torch.equal(lstm.bias_ih_l0[4:8].detach(), torch.ones(4, dtype=torch.float64))
+    assert lstm.bias_ih_l0[:4].abs().sum() == 0 and lstm.bias_hh_l0.abs().sum() == 0
+
+
+# -- gradient flow through the Figure-1 network ---------------------------------------------------
+
+
+def test_bn_tanh_rnn_is_tanh_of_one_bn_on_the_summed_preactivation():
+    torch.manual_seed(0)
+    model = rbn.BNTanhRNN(2, 3, gamma=0.3).double()
+    x, h0 = randn(4, 5, 2, seed=31), randn(5, 3, seed=32, scale=0.1)
+    states = model(x, h0)
+    h = h0
+    for t in range(4):
+        z = h @ torch.eye(3, dtype=torch.float64) + x[t] @ model.weight_x
+        mean, var = batch_stats(z)
+        h = torch.tanh(0.3 * (z - mean) / torch.sqrt(var + EPS))
+        assert torch.allclose(states[t + 1], h, atol=1e-12)
+    assert len(states) == 5 and states[0] is h0
+
+
+def test_gradient_norms_are_those_of_autograd():
+    x, labels = torch.rand(6, 8, 1, generator=gen(33)), torch.arange(8) % 3
+    norms = rbn.gradient_norms_through_time(x, labels, 0.4, hidden_size=5, n_classes=3, seed=2)
+    assert norms.shape == (7,) and norms.dtype == torch.float64
+    # Recompute by hand with the same seed-fixed initialisation.
+    torch.manual_seed(2)
+    model = rbn.BNTanhRNN(1, 5, 0.4).double()
+    readout = torch.nn.Linear(5, 3).double()
+    torch.nn.init.orthogonal_(readout.weight)
+    torch.nn.init.zeros_(readout.bias)
+    h0 = (0.1 * torch.randn(8, 5, dtype=torch.float64)).requires_grad_(True)
+    states = model(x.double(), h0)
+    for s in states:
+        s.retain_grad()
+    F.cross_entropy(readout(states[-1]), labels).backward()
+    expected = torch.stack([s.grad.norm(dim=1).mean() for s in states])
+    assert torch.allclose(norms, expected, atol=1e-14)
+
+
+def test_gamma_one_makes_the_gradient_vanish_where_gamma_0_1_keeps_it():
+    from papernotes.data import load_digits_split
+
+    digits = load_digits_split()
+    x, labels = rbn.pixel_sequences(digits.train_x[:64]), digits.train_y[:64]
+    small = rbn.gradient_norms_through_time(x, labels, 0.1)
+    large = rbn.gradient_norms_through_time(x, labels, 1.0)
+    assert small[0] / small[-1] > 0.1
+    assert large[0] / large[-1] < 1e-2
+    assert small[0] > 100 * large[0]
+
+
+def test_tanh_derivative_statistics():
+    assert rbn.tanh_derivative_statistics(0.0) == (1.0, 1.0, 1.0)
+    mean, low, high = rbn.tanh_derivative_statistics(1.0, samples=200_000)
+    # E[1 - tanh(z)^2] for z ~ N(0, 1), by quadrature.
+    z = torch.linspace(-12, 12, 200_001, dtype=torch.float64)
+    density = torch.exp(-(z**2) / 2) / math.sqrt(2 * math.pi)
+    exact = torch.trapezoid((1 - torch.tanh(z) ** 2) * density, z).item()
+    assert mean == pytest.approx(exact, abs=3e-3)
+    assert low < mean < high < 1.0
+    assert rbn.tanh_derivative_statistics(3.0)[0] < rbn.tanh_derivative_statistics(0.3)[0]
+
+
+# -- sequential digits ---------------------------------------------------------------------------
+
+
+def test_pixel_sequences_read_one_pixel_per_step():
+    images = torch.arange(12, dtype=torch.float32).reshape(3, 4)
+    seq = rbn.pixel_sequences(images)
+    assert seq.shape == (4, 3, 1)
+    assert torch.equal(seq[:, 1, 0], images[1])
+    order = torch.tensor([2, 0, 3, 1])
+    assert torch.equal(rbn.pixel_sequences(images, order=order)[:, 2, 0], images[2, order])
+    longer = rbn.pixel_sequences(images, steps=6)
+    assert torch.equal(longer[:4], seq) and torch.equal(longer[4:], torch.zeros(2, 3, 1))
+    assert torch.equal(rbn.pixel_sequences(images, steps=2), seq[:2])
+
+
+def test_initial_state_noise():
+    h, c = rbn.initial_state(500, 20, 0.1, gen(36))
+    assert h.shape == c.shape == (500, 20)
+    assert torch.equal(c, torch.zeros(500, 20))
+    assert h.std().item() == pytest.approx(0.1, rel=0.05)
+    assert torch.equal(rbn.initial_state(3, 2, 0.0)[0], torch.zeros(3, 2))
+
+
+def test_estimate_population_statistics_sets_each_step_to_the_batch_statistics():
+    model = rbn.SequenceClassifier(bn_lstm(max_steps=4)).double()
+    x = randn(4, 30, 3, seed=37)
+    model.eval()
+    rbn.estimate_population_statistics(model, x)
+    assert not model.training  # the mode is restored
+    bn_x = model.rnn.bn_x
+    assert bn_x.momentum == 0.1  # and so is the momentum
+    inputs = x @ model.rnn.weight_x
+    assert torch.allclose(bn_x.running_mean, inputs.mean(1).detach(), atol=1e-12)
+    assert torch.allclose(bn_x.running_var, inputs.var(1, unbiased=True).detach(), atol=1e-12)
+    # With these statistics, evaluation on the same batch equals training-mode normalization
+    # up to the biased/unbiased variance: close, not equal.
+    train_logits = copy.deepcopy(model).train()(x)
+    assert torch.allclose(model(x), train_logits, atol=0.05)
+
+
+def tiny_task(n=256, steps=6, seed=38):
+    """Class = whether the first input is positive; later inputs are noise: needs memory."""
+    x = torch.randn(steps, n, 1, generator=gen(seed))
+    y = (x[0, :, 0] > 0).long()
+    return x, y
+
+
+@pytest.mark.parametrize("kind", rbn.MODELS)
+def test_training_learns_a_task_that_needs_memory(kind):
+    x, y = tiny_task()
+    val_x, val_y = tiny_task(seed=39)
+    run = rbn.train_classifier(
+        kind,
+        x,
+        y,
+        val_x,
+        val_y,
+        steps=120,
+        batch_size=32,
+        hidden_size=8,
+        eval_every=40,
+        population_size=64,
+    )
+    assert run.history["step"] == [40, 80, 120]
+    assert set(run.history) == {"step", "loss", "val_accuracy"}
+    assert run.history["val_accuracy"][-1] > 0.8  # chance is 0.5
+    assert run.updates_to_reach(0.8) is not None and run.updates_to_reach(1.01) is None
+
+
+def test_fills_of_fresh_memory_are_restored_after_training():
+    from torch.utils import deterministic
+
+    before = deterministic.fill_uninitialized_memory
+    x, y = tiny_task(n=16, steps=3)
+    rbn.train_classifier("bn-lstm", x, y, x, y, steps=2, batch_size=8, hidden_size=4, eval_every=1)
+    assert deterministic.fill_uninitialized_memory == before
+
+
+def test_updates_to_reach_reads_the_history():
+    run = rbn.TrainingRun(
+        model=None, history={"step": [10, 20, 30], "val_accuracy": [0.5, 0.8, 0.7]}
+    )
+    assert run.updates_to_reach(0.8) == 20
+    assert run.updates_to_reach(0.5) == 10
+    assert run.updates_to_reach(0.9) is None
+
+
+def test_statistics_drift_is_zero_for_constant_statistics_and_sees_a_jump():
+    bn = rbn.StepwiseBatchNorm(3, max_steps=5).double()
+    with torch.no_grad():
+        bn.running_mean.copy_(torch.tensor([1.0, 2.0, 3.0]).double().expand(5, 3))
+        bn.running_var.fill_(4.0)
+    assert torch.equal(rbn.statistics_drift(bn), torch.zeros(4, dtype=torch.float64))
+    with torch.no_grad():
+        bn.running_mean[3:] += 1.0  # a jump of half a standard deviation between steps 2 and 3
+    drift = rbn.statistics_drift(bn)
+    assert torch.allclose(drift, torch.tensor([0, 0, 0.5, 0], dtype=torch.float64))
+
+
+# -- bad input ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "match"),
+    [
+        ({"gamma_init": 0.0}, ValueError, "gamma_init"),
+        ({"gamma_init": -0.1}, ValueError, "gamma_init"),
+        ({"gamma_init": float("nan")}, ValueError, "gamma_init"),
+        ({"gamma_init": "0.1"}, TypeError, "gamma_init"),
+        ({"hidden_size": 0}, ValueError, "hidden_size"),
+        ({"hidden_size": 2.5}, TypeError, "hidden_size"),
+        ({"max_steps": 0}, ValueError, "max_steps"),
+        ({"input_size": True}, TypeError, "input_size"),
+    ],
+)
+def test_bad_hyper_parameters_are_rejected(kwargs, error, match):
+    arguments = {"input_size": 1, "hidden_size": 4, "max_steps": 8, **kwargs}
+    with pytest.raises(error, match=match):
+        rbn.BNLSTM(**arguments)
+
+
+@pytest.mark.parametrize("shape", [(5, 4), (5, 4, 2), (0, 4, 3), (5, 4, 3, 1)])
+def test_bad_input_shapes_are_rejected(shape):
+    model = bn_lstm()
+    with pytest.raises(ValueError, match=r"shape \(T, B, input_size\)"):
+        model(torch.zeros(shape, dtype=torch.float64))
+
+
+def test_integer_inputs_are_rejected():
+    with pytest.raises(TypeError, match="floating-point"):
+        bn_lstm()(torch.zeros(2, 3, 3, dtype=torch.long))
+
+
+def test_bad_states_are_rejected():
+    model = bn_lstm()
+    x = randn(2, 3, 3, seed=40)
+    with pytest.raises(ValueError, match=r"state h must have shape \(B, H\) = \(3, 4\)"):
+        model(x, (torch.zeros(3, 5).double(), torch.zeros(3, 4).double()))
+    with pytest.raises(TypeError, match="pair"):
+        model(x, torch.zeros(3, 4).double())
+
+
+def test_a_batch_of_one_cannot_be_normalized_in_training():
+    with pytest.raises(ValueError, match="at least 2 examples"):
+        bn_lstm()(randn(2, 1, 3, seed=41))
+
+
+def test_stepwise_batch_norm_rejects_bad_input():
+    bn = rbn.StepwiseBatchNorm(4, max_steps=3)
+    with pytest.raises(ValueError, match=r"shape \(B, 4\)"):
+        bn(torch.zeros(5, 3), 0)
+    with pytest.raises(ValueError, match="time step"):
+        bn(torch.zeros(5, 4), -1)
+    with pytest.raises(ValueError, match="longer than max_steps = 3"):
+        bn(torch.zeros(5, 4), 3)
+    with pytest.raises(ValueError, match="momentum"):
+        rbn.StepwiseBatchNorm(4, 3, momentum=1.5)
+    with pytest.raises(ValueError, match=r"steps must lie in \[1, 3\]"):
+        bn.keep_first_steps(4)
+
+
+def test_other_bad_arguments_are_rejected():
+    with pytest.raises(ValueError, match="kind must be one of lstm, bn-lstm"):
+        rbn.make_classifier("gru")
+    with pytest.raises(ValueError, match="permutation"):
+        rbn.pixel_sequences(torch.zeros(2, 4), order=torch.tensor([0, 0, 1, 2]))
+    with pytest.raises(ValueError, match=r"shape \(N, P\)"):
+        rbn.pixel_sequences(torch.zeros(4))
+    with pytest.raises(ValueError, match="noise"):
+        rbn.initial_state(2, 3, -0.1)
+    with pytest.raises(ValueError, match="labels"):
+        rbn.gradient_norms_through_time(torch.rand(4, 3, 1), torch.zeros(2).long(), 0.1)
+    with pytest.raises(ValueError, match="gamma"):
+        rbn.gradient_norms_through_time(torch.rand(4, 3, 1), torch.zeros(3).long(), 0.0)
+    with pytest.raises(ValueError, match="h0_noise"):
+        rbn.gradient_norms_through_time(
+            torch.rand(4, 3, 1), torch.zeros(3).long(), 0.1, h0_noise=-1
+        )
+    x, y = tiny_task(n=8, steps=2)
+    with pytest.raises(ValueError, match="lr"):
+        rbn.train_classifier("lstm", x, y, x, y, steps=1, batch_size=4, lr=0.0)
