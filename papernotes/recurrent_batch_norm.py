@@ -224,7 +224,7 @@ def _project(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
 
 
 class BNLSTM(nn.Module):
-    """The batch-normalized LSTM of equations (3) above, one layer.
+    """The batch-normalized LSTM of section 3 of the module docstring, one layer.
 
     forward(x, state=None): x (T, B, input_size), state an optional (h, c) of shape (B, H) each
     (zeros by default) -> (outputs (T, B, H), (h_T, c_T)).
