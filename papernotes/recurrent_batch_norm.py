@@ -44,7 +44,6 @@ Cooijmans, Ballas, Laurent, Gülçehre & Courville 2016, *Recurrent Batch Normal
 
 from __future__ import annotations
 
-import contextlib
 import math
 from dataclasses import dataclass
 
@@ -492,21 +491,6 @@ def evaluate(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> float:
         model.train(was_training)
 
 
-@contextlib.contextmanager
-def _unfilled_allocations():
-    """Skip filling fresh tensors with NaN under torch's deterministic mode (pn.setup turns it
-    on). Every op here writes all of its output, so results do not change; the fills cost about
-    a quarter of a BN-LSTM update on a small CPU."""
-    from torch.utils import deterministic
-
-    before = deterministic.fill_uninitialized_memory
-    deterministic.fill_uninitialized_memory = False
-    try:
-        yield
-    finally:
-        deterministic.fill_uninitialized_memory = before
-
-
 @dataclass
 class TrainingRun:
     """A trained classifier and its history: "step", "loss" and "val_accuracy" every
@@ -574,8 +558,7 @@ def train_classifier(
             estimate_population_statistics(model, train_x[:, :population_size], state)
         return {"loss": loss.item(), "val_accuracy": evaluate(model, val_x, val_y)}
 
-    with _unfilled_allocations():
-        history = fit(step, steps, desc=kind)
+    history = fit(step, steps, desc=kind)
     return TrainingRun(model, history)
 
 
