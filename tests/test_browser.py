@@ -89,7 +89,8 @@ def test_math_renders_offline(offline_page, server):
         offline_page.goto(url)
         if "intro" in url:
             continue  # the landing page has no math
-        offline_page.wait_for_selector("mjx-container", timeout=20_000)
+        # Attached, not necessarily visible: the first formula may sit in a collapsed block.
+        offline_page.wait_for_selector("mjx-container", state="attached", timeout=20_000)
         rendered = offline_page.locator("mjx-container").count()
         raw = offline_page.locator("div.math:not(:has(mjx-container))").count()
         assert rendered > 5 and raw == 0, (url, rendered, raw)
@@ -109,7 +110,11 @@ def test_knob_sliders_swap_the_figure_offline(offline_page, server):
         slider = panel.locator('input[type="range"]').first
         readout = panel.locator("output").first
         label_before = readout.inner_text()
-        slider.evaluate("el => { el.value = '0'; el.dispatchEvent(new Event('input')); }")
+        # Move to the next position (wrapping): the default may sit at either end.
+        slider.evaluate(
+            "el => { el.value = String((Number(el.value) + 1) % (Number(el.max) + 1));"
+            " el.dispatchEvent(new Event('input')); }"
+        )
         assert image.get_attribute("src") != before
         assert readout.inner_text() != label_before
 
