@@ -44,12 +44,12 @@ Internal Covariate Shift* (arXiv:1502.03167). The module follows the paper's ord
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
 import torch
 from torch import nn
 
+from papernotes import checks
 from papernotes.data import Digits, minibatches
 from papernotes.training import accuracy, fit
 
@@ -107,10 +107,10 @@ class BatchNorm(nn.Module):
 
     def __init__(self, num_features: int, eps: float = 1e-5, momentum: float = 0.1):
         super().__init__()
-        _check_count("num_features", num_features)
+        checks.integer("num_features", num_features)
         self.num_features = num_features
-        self.eps = _check_number("eps", eps, low=0.0, low_open=True)
-        self.momentum = _check_number("momentum", momentum, low=0.0, low_open=True, high=1.0)
+        self.eps = checks.number("eps", eps, low=0.0, low_open=True)
+        self.momentum = checks.number("momentum", momentum, low=0.0, low_open=True, high=1.0)
         self.gamma = nn.Parameter(torch.ones(num_features))
         self.beta = nn.Parameter(torch.zeros(num_features))
         # Before any batch is seen, "population" statistics that leave x unchanged.
@@ -218,8 +218,8 @@ class MNISTNet(nn.Module):
                 f"activation must be one of {', '.join(ACTIVATIONS)}; got {activation!r}"
             )
         for name, value in [("n_inputs", n_inputs), ("hidden", hidden), ("n_layers", n_layers)]:
-            _check_count(name, value)
-        _check_number("init_std", init_std, low=0.0, low_open=True)
+            checks.integer(name, value)
+        checks.number("init_std", init_std, low=0.0, low_open=True)
         self.batch_norm = batch_norm
         widths = [n_inputs] + [hidden] * n_layers
         self.linears = nn.ModuleList(
@@ -295,9 +295,9 @@ def train_mnist_net(
 
     A run whose loss turns inf or NaN stops updating (it has diverged) and is scored as it is.
     """
-    _check_number("lr", lr, low=0.0, low_open=True)
+    checks.number("lr", lr, low=0.0, low_open=True)
     for name, value in [("steps", steps), ("batch_size", batch_size), ("eval_every", eval_every)]:
-        _check_count(name, value)
+        checks.integer(name, value)
     if eval_every > steps:
         raise ValueError(f"eval_every ({eval_every}) must not exceed steps ({steps})")
     torch.manual_seed(seed)
@@ -356,25 +356,3 @@ def band_drift(band: torch.Tensor) -> torch.Tensor:
         raise ValueError(f"band must have shape (evals, 3, units); got {tuple(band.shape)}")
     spread = band.max(dim=0).values - band.min(dim=0).values
     return spread.mean(dim=0)
-
-
-# -- argument checks ------------------------------------------------------------------------------
-
-
-def _check_count(name: str, value) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} must be a positive integer; got {value!r}")
-    return value
-
-
-def _check_number(
-    name: str, value, low: float, low_open: bool = False, high: float | None = None
-) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"{name} must be a number; got {type(value).__name__}")
-    too_low = value <= low if low_open else value < low
-    if not math.isfinite(value) or too_low or (high is not None and value > high):
-        bracket = "(" if low_open else "["
-        upper = f"{high:g}]" if high is not None else "inf)"
-        raise ValueError(f"{name} must lie in {bracket}{low:g}, {upper}; got {value!r}")
-    return float(value)

@@ -40,6 +40,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from papernotes import checks
 from papernotes.data import minibatches
 from papernotes.training import fit
 
@@ -58,13 +59,9 @@ def _check_logits(logits: torch.Tensor) -> None:
 
 
 def _check_temperature(temperature: float) -> float:
-    if isinstance(temperature, torch.Tensor):
+    if isinstance(temperature, torch.Tensor) and temperature.numel() == 1:
         temperature = temperature.item()
-    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)):
-        raise TypeError(f"temperature must be a number; got {type(temperature).__name__}")
-    if not math.isfinite(temperature) or temperature <= 0:
-        raise ValueError(f"temperature must be a finite number > 0; got {temperature}")
-    return float(temperature)
+    return checks.number("temperature", temperature, 0.0, low_open=True)
 
 
 # -- 1. Gumbel-max ---------------------------------------------------------------------------------

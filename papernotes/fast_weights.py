@@ -52,6 +52,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from papernotes import checks
 from papernotes.training import fit
 
 # -- checks shared by the public functions ------------------------------------------------------
@@ -65,27 +66,11 @@ def _check_tensor(name: str, value, dims: int, what: str) -> None:
 
 
 def _check_decay(decay) -> float:
-    if isinstance(decay, bool) or not isinstance(decay, numbers.Real):
-        raise TypeError(f"decay must be a number in [0, 1]; got {type(decay).__name__}")
-    if not 0.0 <= decay <= 1.0:
-        raise ValueError(f"decay (lambda) must lie in [0, 1]; got {decay}")
-    return float(decay)
+    return checks.number("decay (lambda)", decay, 0.0, 1.0)
 
 
 def _check_fast_lr(fast_lr) -> float:
-    if isinstance(fast_lr, bool) or not isinstance(fast_lr, numbers.Real):
-        raise TypeError(f"fast_lr must be a number >= 0; got {type(fast_lr).__name__}")
-    if not math.isfinite(fast_lr) or fast_lr < 0:
-        raise ValueError(f"fast_lr (eta) must be a finite number >= 0; got {fast_lr}")
-    return float(fast_lr)
-
-
-def _check_count(name: str, value, low: int = 1) -> int:
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise TypeError(f"{name} must be an integer >= {low}; got {type(value).__name__}")
-    if value < low:
-        raise ValueError(f"{name} must be an integer >= {low}; got {value}")
-    return int(value)
+    return checks.number("fast_lr (eta)", fast_lr, 0.0)
 
 
 # -- 1. The fast-weight memory --------------------------------------------------------------------
@@ -228,11 +213,11 @@ class FastWeightsRNN(nn.Module):
         memory: str = "attention",
     ):
         super().__init__()
-        self.input_size = _check_count("input_size", input_size)
-        self.hidden_size = _check_count("hidden_size", hidden_size)
+        self.input_size = checks.integer("input_size", input_size)
+        self.hidden_size = checks.integer("hidden_size", hidden_size)
         self.decay = _check_decay(decay)
         self.fast_lr = _check_fast_lr(fast_lr)
-        self.inner_steps = _check_count("inner_steps", inner_steps)
+        self.inner_steps = checks.integer("inner_steps", inner_steps)
         self.memory = _check_memory(memory)
         if not isinstance(layer_norm, bool):
             raise TypeError(f"layer_norm must be True or False; got {layer_norm!r}")
@@ -245,16 +230,16 @@ class FastWeightsRNN(nn.Module):
     @contextmanager
     def settings(self, **changes) -> Iterator[FastWeightsRNN]:
         """Change decay, fast_lr, inner_steps and/or memory inside a `with` block."""
-        checks = {
+        validators = {
             "decay": _check_decay,
             "fast_lr": _check_fast_lr,
-            "inner_steps": lambda v: _check_count("inner_steps", v),
+            "inner_steps": lambda v: checks.integer("inner_steps", v),
             "memory": _check_memory,
         }
-        unknown = sorted(set(changes) - set(checks))
+        unknown = sorted(set(changes) - set(validators))
         if unknown:
-            raise ValueError(f"unknown setting(s) {unknown}; the settings are {sorted(checks)}")
-        new = {name: checks[name](value) for name, value in changes.items()}
+            raise ValueError(f"unknown setting(s) {unknown}; the settings are {sorted(validators)}")
+        new = {name: validators[name](value) for name, value in changes.items()}
         old = {name: getattr(self, name) for name in new}
         try:
             for name, value in new.items():
@@ -323,8 +308,8 @@ def retrieval_batch(
     Each sequence has n_pairs distinct letter keys, each followed by a random digit; then two
     query marks and one of the keys, chosen uniformly. The answer is that key's digit (0..9).
     """
-    batch_size = _check_count("batch_size", batch_size)
-    n_pairs = _check_count("n_pairs", n_pairs)
+    batch_size = checks.integer("batch_size", batch_size)
+    n_pairs = checks.integer("n_pairs", n_pairs)
     if n_pairs > len(KEYS):
         raise ValueError(f"n_pairs must be at most {len(KEYS)} (distinct keys); got {n_pairs}")
     keys = torch.rand(batch_size, len(KEYS), generator=generator).argsort(1)[:, :n_pairs]

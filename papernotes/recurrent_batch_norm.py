@@ -44,35 +44,17 @@ Cooijmans, Ballas, Laurent, Gülçehre & Courville 2016, *Recurrent Batch Normal
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from papernotes import checks
 from papernotes.data import minibatches
 from papernotes.training import accuracy, fit
 
 # -- checks shared by the public functions ------------------------------------------------------
-
-
-def _check_positive_int(name: str, value) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an integer; got {type(value).__name__}")
-    if value < 1:
-        raise ValueError(f"{name} must be at least 1; got {value}")
-    return value
-
-
-def _check_number(name: str, value, low: float, low_inclusive: bool) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"{name} must be a number; got {type(value).__name__}")
-    too_low = value < low if low_inclusive else value <= low
-    if not math.isfinite(value) or too_low:
-        bound = ">=" if low_inclusive else ">"
-        raise ValueError(f"{name} must be a finite number {bound} {low:g}; got {value}")
-    return float(value)
 
 
 def _check_sequence(x, input_size: int | None = None) -> tuple[int, int]:
@@ -128,13 +110,11 @@ class StepwiseBatchNorm(nn.Module):
         eps: float = 1e-5,
     ):
         super().__init__()
-        _check_positive_int("num_features", num_features)
-        self.max_steps = _check_positive_int("max_steps", max_steps)
-        gamma_init = _check_number("gamma_init", gamma_init, 0.0, low_inclusive=False)
-        if not 0.0 < _check_number("momentum", momentum, 0.0, False) <= 1.0:
-            raise ValueError(f"momentum must lie in (0, 1]; got {momentum}")
-        self.momentum = float(momentum)
-        self.eps = _check_number("eps", eps, 0.0, low_inclusive=False)
+        checks.integer("num_features", num_features)
+        self.max_steps = checks.integer("max_steps", max_steps)
+        gamma_init = checks.number("gamma_init", gamma_init, 0.0, low_open=True)
+        self.momentum = checks.number("momentum", momentum, 0.0, 1.0, low_open=True)
+        self.eps = checks.number("eps", eps, 0.0, low_open=True)
         self.gamma = nn.Parameter(torch.full((num_features,), gamma_init))
         self.beta = nn.Parameter(torch.zeros(num_features)) if shift else None
         self.register_buffer("running_mean", torch.zeros(max_steps, num_features))
@@ -179,7 +159,7 @@ class StepwiseBatchNorm(nn.Module):
     def keep_first_steps(self, steps: int) -> None:
         """Forget the population statistics of every step from `steps` on, as if training had
         seen sequences of `steps` steps only: from then on step steps - 1's are reused."""
-        if not 1 <= _check_positive_int("steps", steps) <= self.max_steps:
+        if not 1 <= checks.integer("steps", steps) <= self.max_steps:
             raise ValueError(f"steps must lie in [1, {self.max_steps}]; got {steps}")
         self.max_steps = steps
         self.running_mean = self.running_mean[:steps].clone()
@@ -236,10 +216,10 @@ class BNLSTM(nn.Module):
 
     def __init__(self, input_size: int, hidden_size: int, max_steps: int, gamma_init: float = 0.1):
         super().__init__()
-        self.input_size = _check_positive_int("input_size", input_size)
-        self.hidden_size = _check_positive_int("hidden_size", hidden_size)
-        self.max_steps = _check_positive_int("max_steps", max_steps)
-        gamma_init = _check_number("gamma_init", gamma_init, 0.0, low_inclusive=False)
+        self.input_size = checks.integer("input_size", input_size)
+        self.hidden_size = checks.integer("hidden_size", hidden_size)
+        self.max_steps = checks.integer("max_steps", max_steps)
+        gamma_init = checks.number("gamma_init", gamma_init, 0.0, low_open=True)
         gates = 4 * hidden_size
         self.weight_x = nn.Parameter(torch.empty(input_size, gates))
         self.weight_h = nn.Parameter(torch.empty(hidden_size, gates))
@@ -278,8 +258,8 @@ class LSTM(nn.Module):
 
     def __init__(self, input_size: int, hidden_size: int):
         super().__init__()
-        self.input_size = _check_positive_int("input_size", input_size)
-        self.hidden_size = _check_positive_int("hidden_size", hidden_size)
+        self.input_size = checks.integer("input_size", input_size)
+        self.hidden_size = checks.integer("hidden_size", hidden_size)
         self.lstm = nn.LSTM(input_size, hidden_size)
         gates = 4 * hidden_size
         weight_x, weight_h, bias = (
@@ -319,10 +299,10 @@ class BNTanhRNN(nn.Module):
 
     def __init__(self, input_size: int, hidden_size: int, gamma: float, eps: float = 1e-5):
         super().__init__()
-        self.input_size = _check_positive_int("input_size", input_size)
-        self.hidden_size = _check_positive_int("hidden_size", hidden_size)
-        gamma = _check_number("gamma", gamma, 0.0, low_inclusive=False)
-        self.eps = _check_number("eps", eps, 0.0, low_inclusive=False)
+        self.input_size = checks.integer("input_size", input_size)
+        self.hidden_size = checks.integer("hidden_size", hidden_size)
+        gamma = checks.number("gamma", gamma, 0.0, low_open=True)
+        self.eps = checks.number("eps", eps, 0.0, low_open=True)
         self.gamma = nn.Parameter(torch.full((hidden_size,), gamma))
         self.weight_h = nn.Parameter(torch.eye(hidden_size))
         self.weight_x = nn.Parameter(nn.init.orthogonal_(torch.empty(input_size, hidden_size)))
@@ -350,9 +330,9 @@ def tanh_derivative_statistics(
     The paper's Figure 1a: the wider the pre-activation, the more often the tanh saturates and
     the smaller its expected derivative, the factor by which it passes a gradient back.
     """
-    std = _check_number("std", std, 0.0, low_inclusive=True)
+    std = checks.number("std", std, 0.0)
     generator = torch.Generator().manual_seed(seed)
-    z = std * torch.randn(_check_positive_int("samples", samples), generator=generator)
+    z = std * torch.randn(checks.integer("samples", samples), generator=generator)
     derivative = 1 - torch.tanh(z.double()).square()
     low, high = torch.quantile(derivative, torch.tensor([0.25, 0.75], dtype=torch.float64))
     return derivative.mean().item(), low.item(), high.item()
@@ -377,7 +357,7 @@ def gradient_norms_through_time(
     if not isinstance(labels, torch.Tensor) or labels.shape != (batch,):
         got = tuple(labels.shape) if isinstance(labels, torch.Tensor) else type(labels).__name__
         raise ValueError(f"labels must have shape (B,) = ({batch},); got {got}")
-    h0_noise = _check_number("h0_noise", h0_noise, 0.0, low_inclusive=True)
+    h0_noise = checks.number("h0_noise", h0_noise, 0.0)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model = BNTanhRNN(x.shape[2], hidden_size, gamma).double()
@@ -411,7 +391,7 @@ def pixel_sequences(
         if sorted(torch.as_tensor(order).tolist()) != list(range(pixels)):
             raise ValueError(f"order must be a permutation of the {pixels} pixel indices")
         images = images[:, order]
-    steps = pixels if steps is None else _check_positive_int("steps", steps)
+    steps = pixels if steps is None else checks.integer("steps", steps)
     if steps > pixels:
         images = torch.cat([images, images.new_zeros(len(images), steps - pixels)], dim=1)
     return images[:, :steps].T.unsqueeze(-1).contiguous()
@@ -422,7 +402,7 @@ def initial_state(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(h_0, c_0) with h_0 = noise * N(0, 1) and c_0 = 0. The noise breaks the zero variance
     of the first steps, where every example has the same state and the same blank pixels."""
-    noise = _check_number("noise", noise, 0.0, low_inclusive=True)
+    noise = checks.number("noise", noise, 0.0)
     h0 = noise * torch.randn(batch, hidden_size, generator=generator)
     return h0, torch.zeros(batch, hidden_size)
 
@@ -433,7 +413,7 @@ class SequenceClassifier(nn.Module):
     def __init__(self, rnn: nn.Module, n_classes: int = 10):
         super().__init__()
         self.rnn = rnn
-        self.readout = nn.Linear(rnn.hidden_size, _check_positive_int("n_classes", n_classes))
+        self.readout = nn.Linear(rnn.hidden_size, checks.integer("n_classes", n_classes))
         nn.init.orthogonal_(self.readout.weight)
         nn.init.zeros_(self.readout.bias)
 
@@ -532,10 +512,10 @@ def train_classifier(
     the LSTM and the BN-LSTM the same minibatches.
     """
     for name, value in (("steps", steps), ("batch_size", batch_size), ("eval_every", eval_every)):
-        _check_positive_int(name, value)
-    _check_number("lr", lr, 0.0, low_inclusive=False)
-    _check_number("clip", clip, 0.0, low_inclusive=False)
-    population_size = min(_check_positive_int("population_size", population_size), train_x.shape[1])
+        checks.integer(name, value)
+    checks.number("lr", lr, 0.0, low_open=True)
+    checks.number("clip", clip, 0.0, low_open=True)
+    population_size = min(checks.integer("population_size", population_size), train_x.shape[1])
     torch.manual_seed(seed)
     model = make_classifier(kind, hidden_size, train_x.shape[0], gamma_init)
     optimizer = torch.optim.RMSprop(model.parameters(), lr=lr, alpha=0.9)

@@ -328,9 +328,12 @@ def test_band_drift_is_the_mean_range_of_the_three_percentiles():
 # -- bad input ----------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("num_features", [0, -3, 2.5, True, "4"])
-def test_bad_num_features_is_rejected(num_features):
-    with pytest.raises(ValueError, match="num_features"):
+@pytest.mark.parametrize(
+    ("num_features", "error"),
+    [(0, ValueError), (-3, ValueError), (2.5, TypeError), (True, TypeError), ("4", TypeError)],
+)
+def test_bad_num_features_is_rejected(num_features, error):
+    with pytest.raises(error, match="num_features"):
         BatchNorm(num_features)
 
 

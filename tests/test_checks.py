@@ -1,0 +1,50 @@
+"""The shared argument checks."""
+
+import math
+
+import numpy as np
+import pytest
+
+from papernotes import checks
+
+
+def test_integer_accepts_integers_at_or_above_the_bound():
+    assert checks.integer("steps", 3) == 3
+    assert checks.integer("steps", np.int64(5)) == 5
+    assert checks.integer("offset", 0, low=0) == 0
+
+
+@pytest.mark.parametrize(
+    ("value", "error"),
+    [(0, ValueError), (-2, ValueError), (2.5, TypeError), (True, TypeError), ("3", TypeError)],
+)
+def test_integer_rejects_with_the_name(value, error):
+    with pytest.raises(error, match="steps must be an integer"):
+        checks.integer("steps", value)
+
+
+def test_number_accepts_values_in_the_interval():
+    assert checks.number("lr", 1) == 1.0 and isinstance(checks.number("lr", 1), float)
+    assert checks.number("decay", 0.0, 0, 1) == 0.0 and checks.number("decay", 1.0, 0, 1) == 1.0
+    assert checks.number("x", np.float32(0.5), 0, 1) == 0.5
+
+
+@pytest.mark.parametrize(
+    ("value", "kwargs", "message"),
+    [
+        (0.0, {"low": 0, "low_open": True}, r"lr must be a finite number in \(0, inf\); got 0"),
+        (1.5, {"low": 0, "high": 1}, r"in \[0, 1\]; got 1.5"),
+        (1.0, {"low": 0, "high": 1, "high_open": True}, r"in \[0, 1\); got 1"),
+        (math.nan, {}, r"in \(-inf, inf\); got nan"),
+        (math.inf, {"low": 0}, r"in \[0, inf\); got inf"),
+    ],
+)
+def test_number_rejects_values_outside_with_the_interval(value, kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        checks.number("lr", value, **kwargs)
+
+
+@pytest.mark.parametrize("value", ["0.1", None, True, [0.1]])
+def test_number_rejects_non_numbers_as_type_errors(value):
+    with pytest.raises(TypeError, match="lr must be a number"):
+        checks.number("lr", value)
