@@ -8,6 +8,7 @@ Shared infrastructure (one module each, used by every chapter):
 - `plotting`: one plot style and the few drawing helpers chapters share
 - `knobs`: a paper's hyper-parameters as controls, live in Jupyter and static in the HTML book
 - `claims`: a paper's claim beside our measurement, asserted and recorded
+- `checks`: argument checks, so bad input fails early with a message naming it
 
 Each paper has a module of its own named after its chapter (`papernotes.concrete`, ...), imported
 by that chapter and its tests, not here.
