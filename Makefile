@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: book test venv chromium refresh bench clean
+.PHONY: book test venv chromium refresh bench seeds mutants clean
 
 ## book: set up .venv and build the HTML book into _build/html, executing every chapter
 book: $(STAMP)
@@ -38,6 +38,14 @@ chromium:
 ## refresh: re-execute chapters and save their outputs (CHAPTERS="chapters/x.ipynb" for some)
 refresh: $(STAMP)
 	$(BIN)/python tools/refresh.py $(CHAPTERS)
+
+## seeds: execute chapters under seeds 0-4; record per claim how many seeds it holds on
+seeds: $(STAMP)
+	$(BIN)/python tools/robustness.py seeds $(CHAPTERS)
+
+## mutants: execute chapters with each broken mechanism of tests/mutants/; each must fail a claim
+mutants: $(STAMP)
+	$(BIN)/python tools/robustness.py mutants $(CHAPTERS)
 
 ## bench: time each chapter cold, and the whole book
 bench: $(STAMP)

@@ -3,44 +3,80 @@
 Shared infrastructure (one module each, used by every chapter):
 
 - `chapter`: the setup cell's work (seeding, one thread, determinism, plot style, the clock)
-- `data`: the book's small MNIST (scikit-learn's bundled 8x8 digits) as tensors
-- `training`: a step loop with a progress bar that stays silent under CI and nbval
-- `plotting`: one plot style and the few drawing helpers chapters share
+- `data`: the book's small MNIST (scikit-learn's bundled 8x8 digits) as tensors, split into
+  train, validation and test
+- `training`: the one training loop, its `History`, eval mode, seeded generators
+- `checks`: argument checks at the entry points, so bad input fails with a message naming it
+- `plotting`: one plot style, palette PNGs and the few drawing helpers chapters share
+- `tables`: a small table that shows as HTML in a notebook and as text in a terminal
 - `knobs`: a paper's hyper-parameters as controls, live in Jupyter and static in the HTML book
-- `claims`: a paper's claim beside our measurement, asserted and recorded
-- `checks`: argument checks, so bad input fails early with a message naming it
+- `claims`: a paper's claim beside our measurement, with a status and a margin, asserted and
+  recorded
 
 Each paper has a module of its own named after its chapter (`papernotes.concrete`, ...), imported
-by that chapter and its tests, not here.
+by that chapter and its tests, not here. A later paper imports an earlier paper's module rather
+than re-deriving its mechanism (the BN-LSTM normalises with `papernotes.batch_norm`).
+
+Conventions, for every module:
+
+- Sequences are batch-first: (B, T, D) in and out, hidden states (B, H).
+- Model variants are chosen with keyword flags or small constructors (`batch_norm=True`,
+  `LSTM(...)` vs `BNLSTM(...)`), never with strings holding spaces.
+- Arguments are checked where they enter: constructors, `train_*` functions and public samplers
+  call `papernotes.checks`; the math below them trusts its input.
+- Every random choice of a run follows one seed: `training.seeded(seed)` around model
+  construction, `training.generator(seed, stream)` for batches, noise and generated data. A
+  chapter passes `pn.seed()`, so `PAPERNOTES_SEED` changes every number it prints.
+- Everything runs on the CPU, one thread. The experiments are sized for it: at these sizes a GPU
+  spends longer launching kernels than computing, and committed outputs, which nbval compares,
+  come from CPU arithmetic. (The package does not move tensors to a device; a reader with a GPU
+  can move a model and its data by hand.)
 """
 
-from papernotes.chapter import device, elapsed, quiet, seed_everything, setup, show_source
-from papernotes.claims import Claims
+from papernotes.chapter import elapsed, quiet, seed, seed_everything, setup, show_source
+from papernotes.claims import ANALOG, NOT_REPRODUCED, REPRODUCED, Claims
 from papernotes.data import Digits, binarize, load_digits_split, minibatches
 from papernotes.knobs import Knob, KnobPanel, Sweep, knob_panel, precompute
 from papernotes.plotting import PALETTE, apply_style
-from papernotes.training import accuracy, fit, progress
+from papernotes.tables import Table
+from papernotes.training import (
+    History,
+    accuracy,
+    evaluating,
+    generator,
+    progress,
+    seeded,
+    train,
+)
 
 __all__ = [
+    "ANALOG",
+    "NOT_REPRODUCED",
     "PALETTE",
+    "REPRODUCED",
     "Claims",
     "Digits",
+    "History",
     "Knob",
     "KnobPanel",
     "Sweep",
+    "Table",
     "accuracy",
     "apply_style",
     "binarize",
-    "device",
     "elapsed",
-    "fit",
+    "evaluating",
+    "generator",
     "knob_panel",
     "load_digits_split",
     "minibatches",
     "precompute",
     "progress",
     "quiet",
+    "seed",
     "seed_everything",
+    "seeded",
     "setup",
     "show_source",
+    "train",
 ]

@@ -2,11 +2,14 @@
 
 `setup()` makes a chapter reproducible and fast on a small CPU:
 
-- one seed for Python, NumPy and torch, so two runs print the same numbers;
+- one seed for Python, NumPy and torch, so two runs print the same numbers; the seed is 0 unless
+  `PAPERNOTES_SEED` says otherwise (`make seeds` runs every chapter under seeds 0-4), and every
+  run of the chapter derives its random streams from it (`papernotes.seed()`);
 - torch pinned to one thread: on a 2-core machine small matmuls run up to 100x faster that way,
   and results are bit-identical run after run;
-- deterministic algorithms on, so a GPU (used when present, never required) does not reorder sums;
-- the book's plot style, and in Colab the widget manager that live knobs need;
+- deterministic algorithms on;
+- the book's plot style, figures stored as small palette PNGs, and in Colab the widget manager
+  that live knobs need;
 - the chapter's clock, which the claims record reads at the end.
 """
 
@@ -24,8 +27,10 @@ import torch.utils.deterministic
 from papernotes.plotting import apply_style
 
 DEFAULT_SEED = 0
+SEED_VARIABLE = "PAPERNOTES_SEED"
 _QUIET_VARIABLES = ("PAPERNOTES_QUIET", "CI")
 _started_at: float | None = None
+_seed: int | None = None
 
 
 def seed_everything(seed: int = DEFAULT_SEED) -> None:
@@ -46,9 +51,14 @@ def pin_threads() -> None:
         pass  # can only be set before the first parallel op; a second setup() call lands here
 
 
-def setup(seed: int = DEFAULT_SEED) -> None:
-    """The setup cell's work: determinism, one thread, one seed, plot style, start the clock."""
-    global _started_at
+def setup(seed: int | None = None) -> None:
+    """The setup cell's work: determinism, one thread, one seed, plot style, start the clock.
+
+    The seed is `seed` when given, else $PAPERNOTES_SEED, else 0.
+    """
+    global _started_at, _seed
+    if seed is None:
+        seed = _seed_from_environment()
     # cuBLAS needs this before its first call to be deterministic; harmless on a CPU.
     os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
     torch.use_deterministic_algorithms(True)
@@ -58,10 +68,26 @@ def setup(seed: int = DEFAULT_SEED) -> None:
     torch.utils.deterministic.fill_uninitialized_memory = False
     pin_threads()
     seed_everything(seed)
+    _seed = seed
     apply_style()
+    _store_figures_as_palette_pngs()
     if in_colab():
         _enable_colab_widgets()
     _started_at = time.perf_counter()
+
+
+def seed() -> int:
+    """The chapter's seed: what `setup()` used (before it runs, what it would use)."""
+    return _seed_from_environment() if _seed is None else _seed
+
+
+def _seed_from_environment() -> int:
+    text = os.environ.get(SEED_VARIABLE, "").strip()
+    if not text:
+        return DEFAULT_SEED
+    if not text.isdigit():
+        raise ValueError(f"{SEED_VARIABLE} must be a non-negative integer; got {text!r}")
+    return int(text)
 
 
 def elapsed() -> float:
@@ -84,11 +110,6 @@ def quiet() -> bool:
     )
 
 
-def device() -> torch.device:
-    """The accelerator when there is one, else the CPU. Committed outputs come from the CPU."""
-    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-
-
 def show_source(obj):
     """Show the source of a function or class from the package, as a code block."""
     import inspect
@@ -100,6 +121,25 @@ def show_source(obj):
 
 def in_colab() -> bool:
     return "google.colab" in sys.modules
+
+
+def _store_figures_as_palette_pngs() -> None:
+    """Inline figures as palette PNGs (a third of the size, the same look): in a kernel, the
+    PNG formatter for matplotlib figures is replaced by `plotting.figure_png`."""
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return
+    shell = get_ipython()
+    if shell is None:
+        return
+    import matplotlib.pyplot as plt
+    from matplotlib.figure import Figure
+
+    from papernotes.plotting import figure_png
+
+    plt.close(plt.figure())  # loads the inline backend, which installs its own formatter first
+    shell.display_formatter.formatters["image/png"].for_type(Figure, figure_png)
 
 
 def _enable_colab_widgets() -> None:

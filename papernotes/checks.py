@@ -41,3 +41,45 @@ def number(
         interval = interval.replace("[-inf", "(-inf").replace("inf]", "inf)")
         raise ValueError(f"{name} must be a finite number in {interval}; got {value:g}")
     return value
+
+
+def one_of(name: str, value, options):
+    """`value`, if it is one of `options`; else a ValueError listing them."""
+    options = tuple(options)
+    if value not in options:
+        allowed = ", ".join(repr(o) for o in options)
+        raise ValueError(f"{name} must be one of {allowed}; got {value!r}")
+    return value
+
+
+def tensor(name: str, value, shape: str, *, dtype=None, **sizes) -> dict[str, int]:
+    """Check that `value` is a tensor of the shape written as "(B, T, D)"; return the sizes.
+
+    A letter names a dimension of any size (a letter used twice must have one size), a number
+    fixes it, and keyword arguments fix letters (`checks.tensor("x", x, "(B, T, D)", D=8)`).
+    `dtype`, when given, is a torch dtype or a tuple of them (or "floating").
+    """
+    import torch
+
+    dims = [d.strip() for d in shape.strip("() ").split(",") if d.strip()]
+    if not isinstance(value, torch.Tensor):
+        raise TypeError(f"{name} must be a tensor of shape {shape}; got {type(value).__name__}")
+    if value.dim() != len(dims):
+        raise ValueError(f"{name} must have shape {shape}; got {tuple(value.shape)}")
+    found = dict(sizes)
+    for dim, size in zip(dims, value.shape, strict=True):
+        expected = int(dim) if dim.isdigit() else found.setdefault(dim, size)
+        if size != expected:
+            raise ValueError(
+                f"{name} must have shape {shape}"
+                + (f" with {dim} = {expected}" if not dim.isdigit() else "")
+                + f"; got {tuple(value.shape)}"
+            )
+    if dtype == "floating" and not value.is_floating_point():
+        raise TypeError(f"{name} must be a floating-point tensor; got {value.dtype}")
+    if dtype not in (None, "floating"):
+        allowed = dtype if isinstance(dtype, tuple) else (dtype,)
+        if value.dtype not in allowed:
+            names = " or ".join(str(d) for d in allowed)
+            raise TypeError(f"{name} must be a {names} tensor; got {value.dtype}")
+    return {d: s for d, s in found.items() if not d.isdigit()}

@@ -1,25 +1,40 @@
-"""Claims: the paper's number or statement beside ours, and the condition that must hold.
+"""Claims: the paper's number or statement beside ours, with a status, a condition and a margin.
 
 A chapter collects its claims as it goes and checks them at the end:
 
-    claims = Claims("concrete")
-    claims.add("Relaxed gradients have lower variance than REINFORCE",
-               paper="orders of magnitude lower", ours=f"{ratio:.2f} x REINFORCE's",
-               holds=ratio <= 0.2)
+    claims = pn.Claims("concrete")
+    claims.add(
+        "Relaxed gradients have lower variance than REINFORCE",
+        paper="orders of magnitude lower",
+        ours=f"{gs_variance:.3g} against REINFORCE's {reinforce_variance:.3g}",
+        measured=gs_variance, op="<=", bound=0.2 * reinforce_variance,
+    )
     claims.check()
 
-`check()` shows a table (claim | paper | ours | holds), records the claims and the chapter's run
-time in `_build/records/<chapter>.json` (for a scoreboard page), and raises AssertionError
-naming every claim that failed, so a failed claim fails the notebook, nbval and CI.
+Every claim has a **status**:
 
-A claim's condition should compare against a baseline or ablation run in the same notebook, so
-that a wrong or stubbed implementation fails it.
+- `REPRODUCED`: the paper's claim, checked here as the paper states it;
+- `ANALOG`: a scaled-down analog of it (smaller data, network or budget; `ours` says how);
+- `NOT_REPRODUCED`: we ran it and it did not hold at our scale; `ours` says what we measured.
+
+A comparative claim is a **condition** `measured op bound`, where `bound` comes from a baseline or
+ablation run in the same notebook (`bound=0.95 * baseline`, and `baseline=` records that value) or
+is a fixed level. Its **margin** is how far the measurement is from flipping the condition: the
+gap between `measured` and `bound` as a fraction of the larger of the two in size, positive when
+it holds. A claim that holds within 10% of flipping is marked *thin*. A claim that is a plain
+yes or no (`holds=...`) has no margin.
+
+`check()` shows the table, records the claims, the seed and the chapter's run time in
+`_build/records/<chapter>.json` (read by the scoreboard and by `make seeds`), and raises
+`ClaimsFailed` (an AssertionError) naming every reproduced or analog claim that does not hold,
+so a failed claim fails the notebook, nbval and CI. A not-reproduced row never fails.
 """
 
 from __future__ import annotations
 
-import html
 import json
+import math
+import operator
 import os
 import platform
 from dataclasses import asdict, dataclass
@@ -28,17 +43,67 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from papernotes import chapter
+from papernotes import chapter, checks
+from papernotes.tables import Table
 
 RECORD_DIR_VARIABLE = "PAPERNOTES_RECORD_DIR"
+REPRODUCED = "reproduced"
+ANALOG = "analog"
+NOT_REPRODUCED = "not reproduced"
+STATUSES = (REPRODUCED, ANALOG, NOT_REPRODUCED)
+THIN_MARGIN = 0.10
+_OPERATORS = {">=": operator.ge, ">": operator.gt, "<=": operator.le, "<": operator.lt}
+_SYMBOLS = {">=": "≥", ">": ">", "<=": "≤", "<": "<"}
+
+
+class ClaimsFailed(AssertionError):
+    """A reproduced or analog claim of a chapter did not hold."""
 
 
 @dataclass(frozen=True)
 class Claim:
     statement: str
+    status: str
     paper: str
     ours: str
     holds: bool
+    measured: float | None = None
+    op: str | None = None
+    bound: float | None = None
+    baseline: float | None = None
+    margin: float | None = None
+
+    @property
+    def thin(self) -> bool:
+        return self.holds and self.margin is not None and self.margin < THIN_MARGIN
+
+    @property
+    def must_hold(self) -> bool:
+        return self.status != NOT_REPRODUCED
+
+    @property
+    def failed(self) -> bool:
+        return self.must_hold and not self.holds
+
+    def condition(self) -> str:
+        if self.op is None:
+            return "yes or no"
+        return f"{self.measured:.4g} {_SYMBOLS[self.op]} {self.bound:.4g}"
+
+    def verdict(self) -> str:
+        if self.status == NOT_REPRODUCED:
+            return "does not hold" if not self.holds else "holds here"
+        if not self.holds:
+            return "FAILS"
+        return "holds (thin)" if self.thin else "holds"
+
+
+def margin(measured: float, op: str, bound: float) -> float:
+    """How far `measured` is from flipping `measured op bound`, as a fraction of the larger of
+    the two in size: positive on the side where the condition holds."""
+    gap = measured - bound if op in (">=", ">") else bound - measured
+    scale = max(abs(measured), abs(bound))
+    return gap / scale if scale > 0 else 0.0
 
 
 class Claims:
@@ -50,33 +115,67 @@ class Claims:
         self.chapter = chapter_slug
         self.items: list[Claim] = []
 
-    def add(self, statement: str, *, paper: str, ours: str, holds) -> None:
-        """Record one claim; `holds` is the condition, evaluated already (a bool)."""
-        self.items.append(Claim(statement, paper, ours, _as_bool(holds, statement)))
+    def add(
+        self,
+        statement: str,
+        *,
+        paper: str,
+        ours: str,
+        status: str = REPRODUCED,
+        measured: float | None = None,
+        op: str | None = None,
+        bound: float | None = None,
+        baseline: float | None = None,
+        holds=None,
+    ) -> Claim:
+        """Record one claim: either the condition `measured op bound` (numbers; `op` one of
+        >=, >, <=, <) or, for a plain yes or no, `holds` (a bool). Returns the claim."""
+        checks.one_of("status", status, STATUSES)
+        comparative = (measured, op, bound) != (None, None, None)
+        if comparative == (holds is not None):
+            raise ValueError(
+                f"claim {statement!r}: give either measured, op and bound, or holds; not both"
+            )
+        if comparative:
+            checks.one_of("op", op, tuple(_OPERATORS))
+            measured, bound = (
+                _number(statement, "measured", measured),
+                _number(statement, "bound", bound),
+            )
+            holds = bool(_OPERATORS[op](measured, bound))
+            claim = Claim(
+                statement, status, paper, ours, holds, measured, op, bound,
+                None if baseline is None else _number(statement, "baseline", baseline),
+                margin(measured, op, bound),
+            )  # fmt: skip
+        else:
+            claim = Claim(statement, status, paper, ours, _as_bool(holds, statement))
+        self.items.append(claim)
+        return claim
 
     @property
     def failed(self) -> list[Claim]:
-        return [claim for claim in self.items if not claim.holds]
+        return [claim for claim in self.items if claim.failed]
 
     def check(self) -> None:
-        """Show the table, record the claims, and fail loudly if any claim does not hold."""
+        """Show the table, record the claims, and fail loudly if a claim that must hold does not."""
         if not self.items:
-            raise AssertionError(f"chapter {self.chapter!r} checks no claims")
+            raise ClaimsFailed(f"chapter {self.chapter!r} checks no claims")
         _display(self)
         self.record()
         if self.failed:
             names = "; ".join(
                 f"{c.statement!r} (paper: {c.paper}; ours: {c.ours})" for c in self.failed
             )
-            raise AssertionError(
+            raise ClaimsFailed(
                 f"{len(self.failed)} claim(s) of {self.chapter!r} do not hold: {names}"
             )
 
-    # -- the record for the scoreboard ---------------------------------------------------------
+    # -- the record for the scoreboard and the seed runs ----------------------------------------
 
     def record(self) -> Path | None:
-        """Write the claims and the run time as JSON; returns the path, or None where the
-        chapter runs outside the book (Colab, say) and no record directory is set.
+        """Write the claims, the seed and the run time as JSON; returns the path, or None where
+        the chapter runs outside the book (Colab, say) and no record directory is set.
 
         "seconds" runs from the setup cell to the claim check, so it leaves out the kernel's
         start and the knob panel drawn after the check; tools/benchmark.py times whole chapters.
@@ -88,8 +187,9 @@ class Claims:
         path = directory / f"{self.chapter}.json"
         payload = {
             "chapter": self.chapter,
+            "seed": chapter.seed(),
             "all_hold": not self.failed,
-            "claims": [asdict(claim) for claim in self.items],
+            "claims": [{**asdict(claim), "thin": claim.thin} for claim in self.items],
             "seconds": round(chapter.elapsed(), 2),
             "python": platform.python_version(),
         }
@@ -98,27 +198,23 @@ class Claims:
 
     # -- how the table looks --------------------------------------------------------------------
 
-    def _repr_html_(self) -> str:
-        rows = "".join(
-            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>".format(
-                html.escape(c.statement),
-                html.escape(c.paper),
-                html.escape(c.ours),
-                "&#10004; holds" if c.holds else "&#10008; FAILS",
-            )
+    def table(self) -> Table:
+        rows = [
+            [c.statement, c.status, c.paper, c.ours, c.condition(), _percent(c.margin), c.verdict()]
             for c in self.items
-        )
-        return (
-            '<table class="pn-claims"><thead><tr><th>claim</th><th>paper</th><th>ours</th>'
-            f"<th>holds</th></tr></thead><tbody>{rows}</tbody></table>"
-        )
+        ]
+        columns = ["claim", "status", "paper", "ours", "condition", "margin", "verdict"]
+        return Table(columns, rows, css_class="pn-claims")
+
+    def _repr_html_(self) -> str:
+        return self.table()._repr_html_()
 
     def __repr__(self) -> str:
-        lines = [f"Claims of {self.chapter!r}:"]
-        for c in self.items:
-            mark = "holds" if c.holds else "FAILS"
-            lines.append(f"  [{mark}] {c.statement} | paper: {c.paper} | ours: {c.ours}")
-        return "\n".join(lines)
+        return f"Claims of {self.chapter!r}:\n{self.table()!r}"
+
+
+def _percent(value: float | None) -> str:
+    return "—" if value is None else f"{value:+.0%}"
 
 
 def record_dir() -> Path | None:
@@ -135,6 +231,16 @@ def book_root(start: Path) -> Path | None:
         if (folder / "_toc.yml").is_file():
             return folder
     return None
+
+
+def _number(statement: str, name: str, value) -> float:
+    if isinstance(value, torch.Tensor) and value.numel() == 1:
+        value = value.item()
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise TypeError(f"claim {statement!r}: {name} must be a finite number; got {value!r}")
+    return float(value)
 
 
 def _as_bool(holds, statement: str) -> bool:

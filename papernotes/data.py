@@ -2,7 +2,10 @@
 
 1797 grey-scale digits of 8x8 pixels with values 0..16 ship inside scikit-learn, so nothing is
 downloaded at run time. We scale them to [0, 1] and split them once, stratified by class, with a
-fixed seed: every chapter sees the same 1347 training and 450 test images.
+fixed seed: every chapter sees the same 1077 training, 270 validation and 450 test images.
+
+Choices (learning rates, thresholds, architectures) are made on the validation split; the test
+split is read only for the claims.
 """
 
 from __future__ import annotations
@@ -13,7 +16,10 @@ from functools import lru_cache
 import numpy as np
 import torch
 
+from papernotes import checks
+
 TEST_FRACTION = 0.25
+VALIDATION_FRACTION = 0.2  # of what is left after the test split
 SPLIT_SEED = 0
 IMAGE_SHAPE = (8, 8)
 N_CLASSES = 10
@@ -25,6 +31,8 @@ class Digits:
 
     train_x: torch.Tensor
     train_y: torch.Tensor
+    val_x: torch.Tensor
+    val_y: torch.Tensor
     test_x: torch.Tensor
     test_y: torch.Tensor
 
@@ -45,33 +53,32 @@ def _split() -> tuple[np.ndarray, ...]:
     bunch = load_digits()
     x = (bunch.data / 16.0).astype(np.float32)
     y = bunch.target.astype(np.int64)
-    return tuple(
-        train_test_split(x, y, test_size=TEST_FRACTION, random_state=SPLIT_SEED, stratify=y)
+    rest_x, test_x, rest_y, test_y = train_test_split(
+        x, y, test_size=TEST_FRACTION, random_state=SPLIT_SEED, stratify=y
     )
+    train_x, val_x, train_y, val_y = train_test_split(
+        rest_x, rest_y, test_size=VALIDATION_FRACTION, random_state=SPLIT_SEED, stratify=rest_y
+    )
+    return train_x, train_y, val_x, val_y, test_x, test_y
 
 
 def load_digits_split() -> Digits:
-    """The fixed train/test split of the 8x8 digits (fresh tensors on every call)."""
-    train_x, test_x, train_y, test_y = _split()
-    return Digits(
-        train_x=torch.from_numpy(train_x.copy()),
-        train_y=torch.from_numpy(train_y.copy()),
-        test_x=torch.from_numpy(test_x.copy()),
-        test_y=torch.from_numpy(test_y.copy()),
-    )
+    """The fixed train/validation/test split of the 8x8 digits (fresh tensors on every call)."""
+    return Digits(*(torch.from_numpy(part.copy()) for part in _split()))
 
 
 def binarize(x: torch.Tensor, threshold: float = 0.5) -> torch.Tensor:
     """Fixed binarisation: a pixel is on when its intensity exceeds the threshold."""
-    if not 0.0 < threshold < 1.0:
-        raise ValueError(f"threshold must lie in (0, 1); got {threshold}")
+    checks.number("threshold", threshold, 0.0, 1.0, low_open=True, high_open=True)
     return (x > threshold).to(x.dtype)
 
 
 def minibatches(n: int, batch_size: int, generator: torch.Generator | None = None):
     """Yield index tensors of minibatches forever, reshuffling each epoch; the last partial
     batch of an epoch is dropped so that every batch has the same size."""
-    if batch_size < 1 or batch_size > n:
+    checks.integer("n", n)
+    checks.integer("batch_size", batch_size)
+    if batch_size > n:
         raise ValueError(f"batch_size must lie in [1, {n}]; got {batch_size}")
     while True:
         order = torch.randperm(n, generator=generator)

@@ -42,6 +42,7 @@ from papernotes.training import progress
 
 Figure = Any  # a matplotlib Figure; kept loose to avoid importing pyplot here
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
+MAX_FRAMES = 48  # a panel's frames are stored in the notebook: 48 keep a chapter under 400 KB
 
 
 @dataclass(frozen=True)
@@ -175,6 +176,13 @@ class KnobPanel:
         _check_unique_names(knobs)
         if not knobs:
             raise ValueError("a knob panel needs at least one knob")
+        n_frames = math.prod(len(k.values) for k in knobs)
+        if n_frames > MAX_FRAMES:
+            sizes = " x ".join(f"{len(k.values)} {k.name}" for k in knobs)
+            raise ValueError(
+                f"a knob panel stores one figure per grid point and allows at most {MAX_FRAMES}; "
+                f"these knobs make {sizes} = {n_frames}: give some knob fewer values"
+            )
         self.draw = draw
         self.knobs = tuple(knobs)
         self.title = title
@@ -205,14 +213,15 @@ class KnobPanel:
         return self._frames
 
     def static_html(self) -> str:
-        """The self-contained static panel: controls, the default frame, all frames, the JS."""
+        """The self-contained static panel: controls, the default frame in the <img>, the other
+        frames as data (each stored once: the default's slot in the data is null), the JS."""
         frames = self.frames()
         default_index = _flat_index(self.knobs, [k.values.index(k.default) for k in self.knobs])
         data = {
             "sizes": [len(k.values) for k in self.knobs],
             "labels": [[_fmt(v) for v in k.values] for k in self.knobs],
             "names": [k.label for k in self.knobs],
-            "frames": frames,
+            "frames": [None if i == default_index else f for i, f in enumerate(frames)],
         }
         panel_id = "pn-knobs-" + hashlib.sha1("".join(frames).encode()).hexdigest()[:10]
         controls = "".join(_static_control(i, k) for i, k in enumerate(self.knobs))
@@ -300,18 +309,18 @@ def _widget_view(widget) -> dict:
 
 
 def _live_control(widgets, knob: Knob):
+    # The whole label, never ipywidgets' default cut ("temperat..."), as in the static panel.
+    labelled = {"description": knob.label, "style": {"description_width": "initial"}}
     if knob.kind == "bool":
-        return widgets.Checkbox(value=knob.default, description=knob.label)
+        return widgets.Checkbox(value=knob.default, indent=False, **labelled)
     if knob.kind == "number":
         return widgets.SelectionSlider(
             options=[(_fmt(v), v) for v in knob.values],
             value=knob.default,
-            description=knob.label,
             continuous_update=False,
+            **labelled,
         )
-    return widgets.ToggleButtons(
-        options=list(knob.values), value=knob.default, description=knob.label
-    )
+    return widgets.ToggleButtons(options=list(knob.values), value=knob.default, **labelled)
 
 
 def _static_control(index: int, knob: Knob) -> str:

@@ -1,23 +1,191 @@
-"""A small training loop that every chapter shares.
+"""The one training loop of the book, the history it returns, and the seeding it relies on.
 
-A chapter writes one function, `step(i) -> dict of floats`, that makes one update and returns
-what it wants to plot; `fit` calls it, shows a progress bar to a reader in Jupyter, and returns
-the logged values as lists. The bar is tqdm.auto (a widget in Jupyter, text in a terminal) and is
-switched off under CI, nbval and the book build (see `papernotes.chapter.quiet`), where nobody
-watches it and its rates would churn the committed outputs.
+Every paper module trains through `train`:
+
+    with seeded(seed):                       # initial weights follow the run's seed
+        model = Net()
+    batches = minibatches(n, 64, generator(seed, stream=1))
+    history = train(model, torch.optim.Adam(model.parameters()), loss_of_update, steps=500,
+                    evaluate=lambda: {"val_accuracy": accuracy(model(val_x), val_y)},
+                    eval_every=50, clip=1.0)
+    history.first_step_reaching("val_accuracy", 0.9)
+
+`loss_of_update(i)` draws its own batch and returns the loss of update i; the loop does the
+rest the same way for every paper: train mode, zero_grad, backward, optional gradient-norm
+clipping, the optimizer step, and every `eval_every` updates (and after the last) the evaluation
+in eval mode without gradients. A loss that stops being finite ends the updates (the run has
+diverged); the evaluation schedule carries on, so every run's history has the same steps.
+
+Seeds. A chapter has one seed (`papernotes.chapter.seed()`, from `PAPERNOTES_SEED` when set).
+Every random choice of a run follows it: `seeded(seed)` for what draws from torch's global
+generator (initial weights), `generator(seed, stream)` for each other stream (batches, noise,
+generated data), so that one stream drawing more numbers does not shift another.
+
+The progress bar is tqdm.auto (a widget in Jupyter, text in a terminal) and is off under CI,
+nbval and the book build (see `papernotes.chapter.quiet`), where nobody watches it and its rates
+would churn the committed outputs.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+import contextlib
+import math
+from collections.abc import Callable, Iterable, Iterator
 from typing import TypeVar
 
+import numpy as np
 import torch
+from torch import nn
 from tqdm.auto import tqdm
 
+from papernotes import checks
 from papernotes.chapter import quiet
 
 T = TypeVar("T")
+
+
+# -- seeds ----------------------------------------------------------------------------------------
+
+
+def generator(seed: int, stream: int = 0) -> torch.Generator:
+    """A torch.Generator for one random stream of a run, derived from (seed, stream).
+
+    Different streams of one seed, and the same stream of different seeds, are independent
+    (the pair goes through NumPy's SeedSequence, so seed 1 stream 0 is not seed 0 stream 1).
+    """
+    checks.integer("seed", seed, 0)
+    checks.integer("stream", stream, 0)
+    mixed = np.random.SeedSequence([seed, stream]).generate_state(1, dtype=np.uint64)[0]
+    return torch.Generator().manual_seed(int(mixed))
+
+
+@contextlib.contextmanager
+def seeded(seed: int) -> Iterator[None]:
+    """Inside the block torch's global generator starts from `seed`; after it, it is restored.
+
+    For what cannot take a generator, chiefly the initial weights of nn layers.
+    """
+    checks.integer("seed", seed, 0)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        yield
+
+
+# -- the history of a run -------------------------------------------------------------------------
+
+
+class History:
+    """What a run logged: the update counts at which it evaluated, and one list per metric.
+
+    `history["val_accuracy"]` is a metric's list, `history.steps` the update counts (after how
+    many updates each entry was logged), `history.diverged` whether the loss stopped being finite.
+    """
+
+    def __init__(self) -> None:
+        self.steps: list[int] = []
+        self.metrics: dict[str, list[float]] = {}
+        self.diverged = False
+
+    def log(self, step: int, values: dict[str, float]) -> None:
+        if self.steps and set(values) != set(self.metrics):
+            raise ValueError(
+                f"every evaluation must log the same metrics: {sorted(self.metrics)} were "
+                f"logged before, now {sorted(values)}"
+            )
+        self.steps.append(int(step))
+        for name, value in values.items():
+            self.metrics.setdefault(name, []).append(float(value))
+
+    def __getitem__(self, name: str) -> list[float]:
+        if name not in self.metrics:
+            known = ", ".join(self.metrics) or "none yet"
+            raise KeyError(f"no metric {name!r} was logged; logged: {known}")
+        return self.metrics[name]
+
+    def __contains__(self, name: str) -> bool:
+        return name in self.metrics
+
+    def final(self, name: str) -> float:
+        """The metric's last logged value."""
+        return self[name][-1]
+
+    def mean(self, name: str) -> float:
+        """The metric averaged over every evaluation of the run: an area under its curve, less
+        noisy than a first crossing or a final value when comparing the speed of two runs."""
+        return float(np.mean(self[name]))
+
+    def first_step_reaching(self, name: str, level: float, *, above: bool = True) -> int | None:
+        """The first logged update count at which the metric is at least `level` (at most, with
+        `above=False`); None if it never gets there."""
+        for step, value in zip(self.steps, self[name], strict=True):
+            if (value >= level) if above else (value <= level):
+                return step
+        return None
+
+    def __repr__(self) -> str:
+        names = ", ".join(self.metrics)
+        return f"History({len(self.steps)} evaluations of {names}; diverged={self.diverged})"
+
+
+# -- the loop --------------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def evaluating(model: nn.Module) -> Iterator[nn.Module]:
+    """Eval mode and no gradients inside the block; the model's previous mode after it, even
+    when the block raises."""
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            yield model
+    finally:
+        model.train(was_training)
+
+
+def train(
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    loss_of_update: Callable[[int], torch.Tensor],
+    steps: int,
+    *,
+    evaluate: Callable[[], dict[str, float]] | None = None,
+    eval_every: int | None = None,
+    clip: float | None = None,
+    desc: str = "training",
+) -> History:
+    """Make `steps` updates of `model` and return the History of its evaluations.
+
+    Update i: train mode, `loss = loss_of_update(i)`, zero_grad, backward, the gradient norm
+    clipped at `clip` (when given), optimizer step. After every `eval_every` updates and after
+    the last one, `evaluate()` runs in eval mode without gradients and its metrics are logged,
+    together with the training loss of that update as "loss". The model is returned in eval
+    mode, ready to be measured.
+    """
+    steps = checks.integer("steps", steps)
+    eval_every = steps if eval_every is None else checks.integer("eval_every", eval_every)
+    if clip is not None:
+        checks.number("clip", clip, 0.0, low_open=True)
+    history = History()
+    loss_value = math.nan
+    for i in progress(range(steps), desc=desc):
+        if not history.diverged:
+            model.train()
+            loss = loss_of_update(i)
+            loss_value = loss.item()
+            history.diverged = not math.isfinite(loss_value)
+            if not history.diverged:
+                optimizer.zero_grad()
+                loss.backward()
+                if clip is not None:
+                    nn.utils.clip_grad_norm_(model.parameters(), clip)
+                optimizer.step()
+        if (i + 1) % eval_every == 0 or i == steps - 1:
+            with evaluating(model):
+                metrics = evaluate() if evaluate is not None else {}
+            history.log(i + 1, {"loss": loss_value, **metrics})
+    model.eval()
+    return history
 
 
 def progress(iterable: Iterable[T], desc: str, total: int | None = None) -> Iterable[T]:
@@ -25,36 +193,8 @@ def progress(iterable: Iterable[T], desc: str, total: int | None = None) -> Iter
     return tqdm(iterable, desc=desc, total=total, disable=quiet(), leave=False)
 
 
-def fit(
-    step: Callable[[int], dict[str, float] | None],
-    steps: int,
-    *,
-    desc: str = "training",
-    log_every: int = 1,
-) -> dict[str, list[float]]:
-    """Call `step(i)` for i = 0 .. steps-1 and collect what it returns.
-
-    Every `log_every` steps (and at the last step) the values `step` returned are appended to
-    the history, together with the step number under "step". Returns the history as lists.
-    """
-    if steps < 1:
-        raise ValueError(f"steps must be at least 1; got {steps}")
-    if log_every < 1:
-        raise ValueError(f"log_every must be at least 1; got {log_every}")
-    history: dict[str, list[float]] = {"step": []}
-    for i in progress(range(steps), desc=desc):
-        logs = step(i)
-        if logs is None or (i % log_every and i != steps - 1):
-            continue
-        history["step"].append(i + 1)
-        for name, value in logs.items():
-            history.setdefault(name, []).append(float(value))
-    return history
-
-
 def accuracy(logits: torch.Tensor, labels: torch.Tensor) -> float:
     """Fraction of rows whose largest logit is at the label: logits (N, C), labels (N,)."""
-    if logits.dim() != 2 or labels.shape != logits.shape[:1]:
-        shapes = f"{tuple(logits.shape)} and {tuple(labels.shape)}"
-        raise ValueError(f"accuracy needs logits (N, C) and labels (N,); got {shapes}")
+    n = checks.tensor("logits", logits, "(N, C)")["N"]
+    checks.tensor("labels", labels, "(N,)", N=n)
     return (logits.argmax(-1) == labels).float().mean().item()

@@ -25,3 +25,16 @@ def built_book() -> Path:
     if result.returncode != 0:
         pytest.fail(f"the strict book build failed:\n{(result.stdout + result.stderr)[-6000:]}")
     return ROOT / "_build" / "html"
+
+
+# -- helpers the unit tests share (import them: `from conftest import gen, randn`) ---------------
+
+
+def gen(seed: int = 0) -> torch.Generator:
+    """A fresh generator, so that a test's random data does not depend on test order."""
+    return torch.Generator().manual_seed(seed)
+
+
+def randn(*shape, seed: int = 0, scale: float = 1.0, shift: float = 0.0) -> torch.Tensor:
+    """Gaussian float64 test data: shift + scale * N(0, 1), from its own seed."""
+    return shift + scale * torch.randn(*shape, generator=gen(seed), dtype=torch.float64)

@@ -5,6 +5,8 @@
   if (!panel) return;
   var data = JSON.parse(panel.querySelector("script.pn-knob-data").textContent);
   var image = panel.querySelector("img.pn-knob-frame");
+  // Each frame is stored once: the default's slot in the data is null, its picture is the <img>.
+  var defaultSource = image.getAttribute("src");
   var controls = Array.prototype.slice.call(panel.querySelectorAll("[data-knob-control]"));
 
   function position(control) {
@@ -18,7 +20,8 @@
       index = index * data.sizes[k] + i;
       panel.querySelector('[data-knob-readout="' + k + '"]').textContent = data.labels[k][i];
     });
-    image.src = "data:image/png;base64," + data.frames[index];
+    var frame = data.frames[index];
+    image.src = frame === null ? defaultSource : "data:image/png;base64," + frame;
     image.setAttribute("data-frame", String(index));
   }
 

@@ -1,0 +1,83 @@
+"""A small table that shows as HTML in a notebook and a page, and as aligned text elsewhere.
+
+    pn.Table(["model", "accuracy"], [["BN", 0.97], ["no BN", 0.94]], formats={"accuracy": ".3f"})
+
+The last expression of a cell: Jupyter and the HTML book show `_repr_html_`, a terminal and
+nbval's text comparison `__repr__`. Numbers are formatted once, by column, so both views print
+the same digits.
+"""
+
+from __future__ import annotations
+
+import html
+import numbers
+from collections.abc import Mapping, Sequence
+
+
+class Table:
+    """Rows of cells under named columns; `formats` maps a column to a format spec."""
+
+    def __init__(
+        self,
+        columns: Sequence[str],
+        rows: Sequence[Sequence],
+        *,
+        formats: Mapping[str, str] | None = None,
+        title: str = "",
+        css_class: str = "pn-table",
+    ):
+        self.columns = [str(c) for c in columns]
+        formats = dict(formats or {})
+        unknown = sorted(set(formats) - set(self.columns))
+        if unknown:
+            raise ValueError(f"formats name unknown column(s) {unknown}; columns: {self.columns}")
+        for i, row in enumerate(rows):
+            if len(row) != len(self.columns):
+                raise ValueError(
+                    f"row {i} has {len(row)} cells; the table has {len(self.columns)} columns"
+                )
+        self.cells = [
+            [
+                _format(cell, formats.get(column, ""))
+                for column, cell in zip(columns, row, strict=True)
+            ]
+            for row in rows
+        ]
+        self.title = title
+        self.css_class = css_class
+
+    def _repr_html_(self) -> str:
+        head = "".join(f"<th>{html.escape(c)}</th>" for c in self.columns)
+        body = "".join(
+            "<tr>" + "".join(f"<td>{html.escape(cell)}</td>" for cell in row) + "</tr>"
+            for row in self.cells
+        )
+        caption = f"<caption>{html.escape(self.title)}</caption>" if self.title else ""
+        return (
+            f'<table class="{self.css_class}">{caption}<thead><tr>{head}</tr></thead>'
+            f"<tbody>{body}</tbody></table>"
+        )
+
+    def __repr__(self) -> str:
+        widths = [
+            max(len(text) for text in [column, *(row[i] for row in self.cells)])
+            for i, column in enumerate(self.columns)
+        ]
+
+        def line(cells):
+            return "  ".join(
+                cell.ljust(width) for cell, width in zip(list(cells), widths, strict=True)
+            ).rstrip()
+
+        lines = [self.title] if self.title else []
+        lines += [line(self.columns), line("-" * w for w in widths)]
+        lines += [line(row) for row in self.cells]
+        return "\n".join(lines)
+
+
+def _format(cell, spec: str) -> str:
+    if cell is None:
+        return "—"
+    if spec and isinstance(cell, numbers.Number) and not isinstance(cell, bool):
+        return format(cell, spec)
+    return str(cell)
