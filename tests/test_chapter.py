@@ -56,14 +56,24 @@ def test_quiet_follows_the_environment(monkeypatch, env, expected):
     assert pn.quiet() is expected
 
 
-def test_device_is_cpu_without_an_accelerator(monkeypatch):
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    assert pn.device() == torch.device("cpu")
+def test_the_seed_comes_from_the_environment_unless_given(monkeypatch):
+    monkeypatch.setattr(chapter, "_seed", None)
+    monkeypatch.setenv("PAPERNOTES_SEED", "3")
+    assert pn.seed() == 3
+    pn.setup()
+    assert pn.seed() == 3
+    three = torch.rand(1).item()
+    monkeypatch.setenv("PAPERNOTES_SEED", "4")
+    pn.setup()
+    assert pn.seed() == 4 and torch.rand(1).item() != three
+    pn.setup(seed=3)
+    assert pn.seed() == 3 and torch.rand(1).item() == three
+    monkeypatch.setenv("PAPERNOTES_SEED", "four")
+    with pytest.raises(ValueError, match="PAPERNOTES_SEED must be a non-negative integer"):
+        pn.setup()
 
 
 def test_show_source_shows_the_function():
-    from papernotes import concrete
-
-    shown = pn.show_source(concrete.concrete_sample).data
-    assert shown.startswith("```python\ndef concrete_sample(")
-    assert "z - y.detach() + y" in shown
+    shown = pn.show_source(pn.evaluating).data
+    assert shown.startswith("```python\n@contextlib.contextmanager\ndef evaluating(")
+    assert "model.train(was_training)" in shown

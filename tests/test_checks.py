@@ -48,3 +48,44 @@ def test_number_rejects_values_outside_with_the_interval(value, kwargs, message)
 def test_number_rejects_non_numbers_as_type_errors(value):
     with pytest.raises(TypeError, match="lr must be a number"):
         checks.number("lr", value)
+
+
+def test_one_of_accepts_an_option_and_names_them_all_otherwise():
+    assert checks.one_of("activation", "relu", ("sigmoid", "relu")) == "relu"
+    with pytest.raises(ValueError, match="activation must be one of 'sigmoid', 'relu'; got 'tanh'"):
+        checks.one_of("activation", "tanh", ("sigmoid", "relu"))
+
+
+def test_tensor_returns_the_named_sizes():
+    import torch
+
+    assert checks.tensor("x", torch.zeros(2, 5, 3), "(B, T, D)") == {"B": 2, "T": 5, "D": 3}
+    assert checks.tensor("x", torch.zeros(4, 4), "(N, N)") == {"N": 4}
+    assert checks.tensor("x", torch.zeros(2, 3), "(B, 3)", B=2) == {"B": 2}
+
+
+@pytest.mark.parametrize(
+    ("value", "shape", "sizes", "message"),
+    [
+        ((2, 5), "(B, T, D)", {}, r"x must have shape \(B, T, D\); got \(2, 5\)"),
+        ((2, 5, 4), "(B, T, D)", {"D": 3}, r"shape \(B, T, D\) with D = 3; got \(2, 5, 4\)"),
+        ((3, 4), "(N, N)", {}, r"shape \(N, N\) with N = 3; got \(3, 4\)"),
+        ((2, 4), "(B, 3)", {}, r"shape \(B, 3\); got \(2, 4\)"),
+    ],
+)
+def test_tensor_rejects_wrong_shapes_with_a_readable_expected_shape(value, shape, sizes, message):
+    import torch
+
+    with pytest.raises(ValueError, match=message):
+        checks.tensor("x", torch.zeros(value), shape, **sizes)
+
+
+def test_tensor_rejects_non_tensors_and_wrong_dtypes():
+    import torch
+
+    with pytest.raises(TypeError, match=r"x must be a tensor of shape \(N,\); got list"):
+        checks.tensor("x", [1, 2], "(N,)")
+    with pytest.raises(TypeError, match="x must be a floating-point tensor; got torch.int64"):
+        checks.tensor("x", torch.zeros(2, dtype=torch.long), "(N,)", dtype="floating")
+    with pytest.raises(TypeError, match="x must be a torch.int64 tensor; got torch.float32"):
+        checks.tensor("x", torch.zeros(2), "(N,)", dtype=torch.long)

@@ -1,4 +1,4 @@
-"""Claims: the table, the assertion, the record."""
+"""Claims: statuses, conditions and margins, the table, the assertion, the record."""
 
 import json
 
@@ -6,65 +6,104 @@ import numpy as np
 import pytest
 import torch
 
+import papernotes as pn
 from papernotes import chapter
-from papernotes.claims import Claims, book_root, record_dir
+from papernotes.claims import Claims, ClaimsFailed, book_root, margin, record_dir
 
 
 @pytest.fixture
 def records(tmp_path, monkeypatch):
     monkeypatch.setenv("PAPERNOTES_RECORD_DIR", str(tmp_path))
     monkeypatch.setattr(chapter, "_started_at", 0.0)
+    monkeypatch.setattr(chapter, "_seed", 3)
     monkeypatch.setattr(chapter.time, "perf_counter", lambda: 12.345)
     return tmp_path
 
 
-def test_claims_that_hold_pass_and_are_recorded(records):
+def test_a_condition_decides_whether_a_claim_holds_and_gives_its_margin():
     claims = Claims("demo")
-    claims.add("A beats B", paper="A 1.0 vs B 2.0", ours="A 0.5 vs B 0.9", holds=0.5 < 0.9)
-    claims.add("numpy booleans count", paper="-", ours="-", holds=np.float64(1) > 0)
-    claims.add("torch booleans count", paper="-", ours="-", holds=torch.tensor(2) > 1)
-    claims.check()
+    a = claims.add("A beats B", paper="p", ours="o", measured=0.8, op=">=", bound=0.7)
+    b = claims.add("close", paper="p", ours="o", measured=0.72, op=">=", bound=0.7)
+    c = claims.add("lower is better", paper="p", ours="o", measured=np.float64(5.0), op="<",
+                   bound=torch.tensor(4.0))  # fmt: skip
+    assert a.holds and a.margin == pytest.approx(0.1 / 0.8) and not a.thin
+    assert b.holds and b.thin
+    assert not c.holds and c.margin == pytest.approx(-0.2)
+    assert [x.condition() for x in (a, c)] == ["0.8 ≥ 0.7", "5 < 4"]
+
+
+def test_margin_is_the_gap_as_a_fraction_of_the_larger_value():
+    assert margin(0.07, "<=", 0.2) == pytest.approx(0.65)
+    assert margin(2.0, ">", 1.0) == pytest.approx(0.5)
+    assert margin(0.0, ">=", 0.0) == 0.0
+
+
+def test_claims_that_hold_pass_and_are_recorded_with_status_margin_and_seed(records):
+    claims = Claims("demo")
+    claims.add("A beats B", paper="p", ours="o", measured=2.0, op=">", bound=1.0, baseline=1.0)
+    claims.add("analog", paper="p", ours="o", status=pn.ANALOG, holds=np.bool_(True))
+    claims.add("not here", paper="p", ours="o", status=pn.NOT_REPRODUCED, measured=1, op=">",
+               bound=2)  # fmt: skip
+    claims.check()  # the not-reproduced row does not fail the chapter
     record = json.loads((records / "demo.json").read_text())
-    assert record["chapter"] == "demo" and record["all_hold"] is True
+    assert record["chapter"] == "demo" and record["all_hold"] is True and record["seed"] == 3
     assert record["seconds"] == 12.35
-    assert [c["statement"] for c in record["claims"]] == [
-        "A beats B",
-        "numpy booleans count",
-        "torch booleans count",
-    ]
+    first, second, third = record["claims"]
+    assert (first["status"], first["margin"], first["baseline"]) == ("reproduced", 0.5, 1.0)
+    assert (second["status"], second["margin"]) == ("analog", None)
+    assert (third["status"], third["holds"]) == ("not reproduced", False)
 
 
 def test_a_failing_claim_raises_naming_it_and_is_still_recorded(records):
     claims = Claims("demo")
     claims.add("holds", paper="x", ours="y", holds=True)
-    claims.add("GS beats REINFORCE", paper="101.5 vs 110.6", ours="23 vs 21", holds=False)
-    with pytest.raises(AssertionError, match=r"1 claim\(s\) of 'demo' do not hold: 'GS beats"):
+    claims.add("GS beats REINFORCE", paper="101.5 vs 110.6", ours="23 vs 21", measured=23, op="<",
+               bound=21, status=pn.ANALOG)  # fmt: skip
+    with pytest.raises(ClaimsFailed, match=r"1 claim\(s\) of 'demo' do not hold: 'GS beats"):
         claims.check()
+    assert issubclass(ClaimsFailed, AssertionError)
     record = json.loads((records / "demo.json").read_text())
     assert record["all_hold"] is False
     assert [c["holds"] for c in record["claims"]] == [True, False]
 
 
 def test_a_chapter_without_claims_fails(records):
-    with pytest.raises(AssertionError, match="checks no claims"):
+    with pytest.raises(ClaimsFailed, match="checks no claims"):
         Claims("demo").check()
 
 
-@pytest.mark.parametrize("holds", [1, "yes", None, torch.tensor([True, False]), 0.5])
+@pytest.mark.parametrize("holds", [1, "yes", torch.tensor([True, False]), 0.5])
 def test_holds_must_be_a_boolean(holds):
     with pytest.raises(TypeError, match="holds must be a boolean"):
         Claims("demo").add("x", paper="p", ours="o", holds=holds)
 
 
-def test_the_table_shows_every_claim_escaped():
+@pytest.mark.parametrize(
+    ("kwargs", "error", "message"),
+    [
+        ({}, ValueError, "either measured, op and bound, or holds"),
+        ({"measured": 1, "op": ">", "bound": 0, "holds": True}, ValueError, "not both"),
+        ({"measured": 1, "op": "=>", "bound": 0}, ValueError, "op must be one of"),
+        ({"measured": float("nan"), "op": ">", "bound": 0}, TypeError, "finite number"),
+        ({"holds": True, "status": "sort of"}, ValueError, "status must be one of"),
+    ],
+)
+def test_a_claim_is_stated_one_way_and_with_a_known_status(kwargs, error, message):
+    with pytest.raises(error, match=message):
+        Claims("demo").add("x", paper="p", ours="o", **kwargs)
+
+
+def test_the_table_shows_status_condition_margin_and_verdict_escaped():
     claims = Claims("demo")
-    claims.add("a <b> claim", paper="p & q", ours="o", holds=True)
+    claims.add("a <b> claim", paper="p & q", ours="o", measured=0.72, op=">=", bound=0.7)
     claims.add("second", paper="p", ours="o", holds=False)
+    claims.add("third", paper="p", ours="o", status=pn.NOT_REPRODUCED, holds=False)
     table = claims._repr_html_()
-    assert table.count("<tr>") == 3
+    assert table.count("<tr>") == 4
     assert "a &lt;b&gt; claim" in table and "p &amp; q" in table
-    assert "&#10004; holds" in table and "&#10008; FAILS" in table
-    assert "[FAILS] second" in repr(claims)
+    assert "<td>holds (thin)</td>" in table and "<td>+3%</td>" in table
+    assert "<td>FAILS</td>" in table and "<td>does not hold</td>" in table
+    assert "not reproduced" in repr(claims)
 
 
 def test_slugs_must_be_names():

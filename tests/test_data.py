@@ -8,9 +8,10 @@ import papernotes as pn
 
 def test_split_sizes_shapes_and_range():
     digits = pn.load_digits_split()
-    assert digits.train_x.shape == (1347, 64) and digits.test_x.shape == (450, 64)
+    assert digits.train_x.shape == (1077, 64) and digits.val_x.shape == (270, 64)
+    assert digits.test_x.shape == (450, 64)
     assert digits.train_x.dtype == torch.float32 and digits.train_y.dtype == torch.int64
-    for x in (digits.train_x, digits.test_x):
+    for x in (digits.train_x, digits.val_x, digits.test_x):
         assert x.min() == 0.0 and x.max() == 1.0
     assert digits.images(digits.test_x).shape == (450, 8, 8)
     assert digits.n_pixels == 64
@@ -19,9 +20,13 @@ def test_split_sizes_shapes_and_range():
 def test_split_is_fixed_and_stratified():
     a, b = pn.load_digits_split(), pn.load_digits_split()
     assert torch.equal(a.train_x, b.train_x) and torch.equal(a.test_y, b.test_y)
-    test_counts = torch.bincount(a.test_y, minlength=10)
-    all_counts = test_counts + torch.bincount(a.train_y, minlength=10)
-    assert ((test_counts - 0.25 * all_counts).abs() <= 1).all()  # each class split 1:3
+    counts = {name: torch.bincount(getattr(a, f"{name}_y"), minlength=10) for name in
+              ("train", "val", "test")}  # fmt: skip
+    all_counts = sum(counts.values())
+    assert ((counts["test"] - 0.25 * all_counts).abs() <= 1).all()  # each class split 1:3
+    assert ((counts["val"] - 0.2 * 0.75 * all_counts).abs() <= 1).all()  # and 1:4 of the rest
+    rows = {tuple(row.tolist()) for row in a.train_x}  # no image in two splits
+    assert not any(tuple(row.tolist()) in rows for row in a.val_x if row.sum() > 0)
     a.train_x[0, 0] = 123.0  # callers get fresh tensors
     assert pn.load_digits_split().train_x[0, 0] != 123.0
 

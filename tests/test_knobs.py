@@ -114,9 +114,13 @@ def test_static_view_holds_one_distinct_frame_per_grid_point():
     assert data["sizes"] == [4, 2]
     assert data["labels"] == [["0.1", "0.5", "1", "2"], ["False", "True"]]
     assert len(data["frames"]) == 8 == len(calls)
-    assert len(set(data["frames"])) == 8  # every setting draws a different picture
-    for frame in data["frames"]:
-        assert base64.b64decode(frame).startswith(b"\x89PNG")
+    default_index = 2 * 2 + 1  # temperature 1.0 is position 2 of 4; hard=True is position 1
+    assert data["frames"][default_index] is None  # stored once, as the <img> itself
+    stored = [f for f in data["frames"] if f is not None]
+    assert len(set(stored)) == 7  # every other setting draws a different picture
+    for frame in stored:
+        png = base64.b64decode(frame)
+        assert png.startswith(b"\x89PNG") and png[25] == 3  # colour type 3: a palette image
     assert calls[5] == {"temperature": 1.0, "hard": True}  # grid order matches the JS's index
 
 
@@ -124,9 +128,11 @@ def test_static_view_shows_the_default_frame_and_controls_at_the_default():
     draw, _ = draw_recorder()
     panel = pn.knob_panel(draw, [TEMPERATURE, HARD])
     html = panel.static_html()
-    frames = static_data(html)["frames"]
     default_index = 2 * 2 + 1  # temperature 1.0 is position 2 of 4; hard=True is position 1
-    assert f'src="data:image/png;base64,{frames[default_index]}"' in html
+    default_png = base64.b64encode(panel.png(temperature=1.0, hard=True)).decode()
+    assert panel.frames()[default_index] == default_png
+    assert f'src="data:image/png;base64,{default_png}"' in html
+    assert default_png not in html.split("pn-knob-data")[1]  # not a second time in the data
     assert 'type="range" min="0" max="3" step="1" value="2"' in html
     assert 'type="checkbox" data-knob-control="1" checked' in html
     assert "document.currentScript" in html  # the inlined JS travels with the panel
@@ -149,6 +155,13 @@ def test_panel_figure_validates_its_knobs():
     with pytest.raises(ValueError, match="unknown knob"):
         panel.figure(temprature=1.0)
     assert calls == []
+
+
+def test_a_panel_refuses_more_than_48_frames():
+    knobs = [Knob("a", tuple(range(7))), Knob("b", tuple(range(7)))]
+    with pytest.raises(ValueError, match=r"at most 48; these knobs make 7 a x 7 b = 49"):
+        pn.knob_panel(lambda **v: None, knobs)
+    pn.knob_panel(lambda **v: None, [Knob("a", tuple(range(6))), Knob("b", tuple(range(8)))])
 
 
 def test_a_panel_needs_distinct_knobs():
@@ -183,6 +196,9 @@ def test_live_controls_match_the_knob_kinds():
     assert [value for _, value in controls["temperature"].options] == [0.1, 0.5, 1.0, 2.0]
     assert isinstance(controls["hard"], widgets.Checkbox)
     assert isinstance(controls["activation"], widgets.ToggleButtons)
+    for control in controls.values():  # labels shown whole, never cut to "temperat..."
+        assert control.style.description_width == "initial"
+        assert control.description
 
 
 def test_displayed_panel_carries_both_views():

@@ -35,3 +35,19 @@ def test_figure_png_is_stable_and_unstamped():
     plt.close(fig)
     assert first.startswith(b"\x89PNG") and first == second
     assert b"Matplotlib version" not in first
+    assert first[25] == 3  # colour type 3: a palette image, a third of the RGBA size
+
+
+def test_palette_pngs_keep_the_plot():
+    import io
+
+    from PIL import Image
+
+    fig, ax = plt.subplots()
+    ax.plot([0, 1], [1, 0], color="#d62728", linewidth=4)
+    png = plotting.figure_png(fig)
+    plt.close(fig)
+    with Image.open(io.BytesIO(png)) as image:
+        colours = {rgb for _, rgb in image.convert("RGB").getcolors(maxcolors=4096)}
+        assert len(colours) <= plotting.PNG_COLOURS
+    assert (214, 39, 40) in colours and (255, 255, 255) in colours
