@@ -1,6 +1,7 @@
 """Test settings: the book's tools importable, torch on one thread as in the chapters, and the
 strict book build that the tests marked `book` share."""
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -15,13 +16,18 @@ torch.set_num_threads(1)
 
 @pytest.fixture(scope="session")
 def built_book() -> Path:
-    """Build the book once per session, strictly (warnings are errors), executing every chapter.
+    """Build the book once per session, strictly (warnings are errors), from the committed
+    outputs: the test command has just executed every chapter under nbval, which checked those
+    outputs against a fresh run, so the build does not execute them a second time.
 
     Returns the HTML folder. Only the tests marked `book` ask for it.
     """
     command = [str(Path(sys.executable).parent / "jupyter-book"), "build", "--all", "-W", "-n"]
     command += ["--keep-going", str(ROOT)]
-    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, check=False)
+    environment = {**os.environ, "PAPERNOTES_EXECUTE": "off"}
+    result = subprocess.run(
+        command, cwd=ROOT, capture_output=True, text=True, check=False, env=environment
+    )
     if result.returncode != 0:
         pytest.fail(f"the strict book build failed:\n{(result.stdout + result.stderr)[-6000:]}")
     return ROOT / "_build" / "html"

@@ -41,10 +41,16 @@ def setup_cell_source(root: Path = ROOT) -> str:
 
 
 def toc_chapters(root: Path = ROOT) -> list[Path]:
-    """The chapter notebooks listed in _toc.yml, in book order."""
+    """The chapter notebooks listed in _toc.yml, in book order (pages such as the scoreboard
+    are listed there too, but are not chapters)."""
+    return [root / f"{f}.ipynb" for f in toc_files(root) if f.startswith("chapters/")]
+
+
+def toc_files(root: Path = ROOT) -> list[str]:
+    """Every page of _toc.yml (its root first), without suffix."""
     toc = yaml.safe_load((root / "_toc.yml").read_text())
     files = [c["file"] for part in toc.get("parts", []) for c in part.get("chapters", [])]
-    return [root / f"{f}.ipynb" for f in files]
+    return [toc["root"], *files]
 
 
 def chapter_files(root: Path = ROOT) -> list[Path]:

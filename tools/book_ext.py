@@ -7,6 +7,13 @@ environment; this extension sets that environment:
   the page);
 - PAPERNOTES_RECORD_DIR=_build/records: each chapter's claims and run time land beside the build.
 
+PAPERNOTES_EXECUTE, when set, overrides _config.yml's execute_notebooks for this build:
+`make book` executes the chapters in parallel first (tools/execute.py) and builds with "cache";
+the test command builds with "off", from the outputs that nbval has just checked against a fresh
+run, so that each chapter executes once per test run.
+
+It appends the scoreboard's tables (tools/scoreboard.py) to scoreboard.md as that page is read.
+
 It also drops repeated inline scripts from the pages: under jupyter-book 1.0.4 sphinx-thebe adds
 its configuration script twice, and the second copy throws "THEBE_JS_URL has already been
 declared" in every reader's console.
@@ -30,8 +37,40 @@ def drop_repeated_scripts(app, pagename, templatename, context, doctree):
     context["script_files"] = kept
 
 
+def execution_mode_from_environment(app, config):
+    mode = os.environ.get("PAPERNOTES_EXECUTE")
+    if mode:
+        allowed = ("force", "cache", "off", "auto", "inline")
+        if mode not in allowed:
+            raise ValueError(
+                f"PAPERNOTES_EXECUTE must be one of {', '.join(allowed)}; got {mode!r}"
+            )
+        config.nb_execution_mode = mode
+
+
+SCOREBOARD = "scoreboard"
+
+
+def read_the_scoreboard_last(app, env, docnames):
+    # Its tables summarise the chapters' claim records: when the build executes the chapters
+    # itself (execute_notebooks "force"), they are written while the chapters are read.
+    if SCOREBOARD in docnames:
+        docnames.remove(SCOREBOARD)
+        docnames.append(SCOREBOARD)
+
+
+def append_the_scoreboard(app, docname, source):
+    if docname == SCOREBOARD:
+        import scoreboard
+
+        source[0] += "\n" + scoreboard.markdown(Path(os.environ["PAPERNOTES_RECORD_DIR"]))
+
+
 def setup(app):
     os.environ["PAPERNOTES_QUIET"] = "1"
     os.environ.setdefault("PAPERNOTES_RECORD_DIR", str(Path(app.srcdir) / "_build" / "records"))
+    app.connect("config-inited", execution_mode_from_environment)
+    app.connect("env-before-read-docs", read_the_scoreboard_last)
+    app.connect("source-read", append_the_scoreboard)
     app.connect("html-page-context", drop_repeated_scripts)
     return {"parallel_read_safe": True, "parallel_write_safe": True}

@@ -1,0 +1,62 @@
+"""The scoreboard page's tables, from claim records and the seeds-and-mutants results."""
+
+import json
+
+import book
+import robustness
+import scoreboard
+
+CHAPTERS = book.toc_chapters()
+
+
+def claim(statement, status="reproduced", holds=True, margin=0.5, thin=False):
+    return {"statement": statement, "status": status, "paper": "p | q", "ours": "o",
+            "holds": holds, "margin": margin, "thin": thin}  # fmt: skip
+
+
+def write_records(folder, claims_by_chapter):
+    folder.mkdir(exist_ok=True)
+    for slug, claims in claims_by_chapter.items():
+        record = {"chapter": slug, "seed": 0, "seconds": 12.3, "claims": claims}
+        (folder / f"{slug}.json").write_text(json.dumps(record))
+
+
+def test_the_summary_counts_every_status_and_each_chapter_gets_a_table(tmp_path):
+    first, *others = [p.stem for p in CHAPTERS]
+    write_records(tmp_path / "records", {
+        first: [claim("a"), claim("b", "analog", margin=0.05, thin=True),
+                claim("c", "not reproduced", holds=False, margin=-0.3)],
+        **{slug: [claim("x", margin=None)] for slug in others},
+    })  # fmt: skip
+    results = tmp_path / "robustness.json"
+    current = robustness.content_hash(CHAPTERS[0])
+    results.write_text(json.dumps({"chapters": {first: {
+        "seeds": {"hash": current, "claims": [{"held": 5, "of": 5}, {"held": 4, "of": 5},
+                                              {"held": 0, "of": 5}]},
+        "mutants": {"hash": "old", "results": [
+            {"name": "m1", "breaks": "stats never updated", "outcome": "caught"},
+            {"name": "m2", "breaks": "", "outcome": "survived"}]},
+    }}}))  # fmt: skip
+    page = scoreboard.markdown(tmp_path / "records", results)
+    total = 3 + len(others)
+    assert page.startswith(f"**{len(CHAPTERS)} of 14 papers covered.** {total} claims checked: ")
+    assert f"{1 + len(others)} reproduced, 1 reproduced as a scaled-down analog" in page
+    assert "1 not reproduced." in page and "FAILS" not in page
+    for path in CHAPTERS:
+        assert f"## {{doc}}`chapters/{path.stem}`" in page
+    assert "| a | reproduced | p \\| q | o | +50% | holds on 5 of 5 |" in page
+    assert "| b | analog | p \\| q | o | +5% (thin) | holds on 4 of 5 |" in page
+    assert "| c | not reproduced | p \\| q | o | -30% | holds on 0 of 5 |" in page
+    assert "caught 1 of 2 (stale: the chapter changed since)" in page
+    assert "stats never updated (caught), m2 (survived)" in page
+    assert page.count("Broken mechanisms: not run.") == len(others)
+
+
+def test_a_failing_claim_and_a_missing_record_show(tmp_path):
+    first = CHAPTERS[0].stem
+    write_records(tmp_path / "records", {first: [claim("a", holds=False, margin=-0.1)]})
+    page = scoreboard.markdown(tmp_path / "records", tmp_path / "absent.json")
+    assert "; **1 failing**." in page and "**reproduced, FAILS**" in page
+    assert "| not run |" in page
+    if len(CHAPTERS) > 1:
+        assert "has not been executed in this build" in page

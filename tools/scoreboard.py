@@ -1,0 +1,103 @@
+"""The book's reproduction scoreboard: every chapter's claims, as its last execution checked them.
+
+The page `scoreboard.md` holds the explanation; tools/book_ext.py appends the tables written
+here while the book builds, from
+
+- the claim records of the execution that builds the book (_build/records/<slug>.json, written
+  by each chapter's `claims.check()`: by nbval's kernels in the test command, by
+  tools/execute.py in `make book`), and
+- the committed seeds-and-mutants results (tests/robustness.json, from `make seeds` and
+  `make mutants`), marked stale where the chapter or its module changed since they ran.
+
+So the page cannot disagree with the chapters it summarises.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import book
+import robustness
+
+from papernotes.claims import NOT_REPRODUCED, STATUSES
+
+N_PAPERS = 14  # the book's plan (../shared/seeds/INDEX.md); intro.md lists them all
+
+
+def load_records(records: Path) -> dict[str, dict]:
+    found = {}
+    for path in book.toc_chapters():
+        record = records / f"{path.stem}.json"
+        if record.exists():
+            found[path.stem] = json.loads(record.read_text())
+    return found
+
+
+def markdown(records_dir: Path, results_path: Path = robustness.RESULTS) -> str:
+    """The scoreboard's summary line and one table per chapter, as MyST markdown."""
+    records = load_records(records_dir)
+    results = json.loads(results_path.read_text())["chapters"] if results_path.exists() else {}
+    chapters = book.toc_chapters()
+    claims = [c for r in records.values() for c in r["claims"]]
+    count = {s: sum(c["status"] == s for c in claims) for s in STATUSES}
+    failing = sum(c["status"] != NOT_REPRODUCED and not c["holds"] for c in claims)
+    lines = [
+        f"**{len(chapters)} of {N_PAPERS} papers covered.** {len(claims)} claims checked: "
+        f"{count['reproduced']} reproduced, {count['analog']} reproduced as a scaled-down analog, "
+        f"{count['not reproduced']} not reproduced"
+        + (f"; **{failing} failing**." if failing else "."),
+        "",
+    ]
+    for path in chapters:
+        lines += chapter_section(path, records.get(path.stem), results.get(path.stem, {}))
+    return "\n".join(lines) + "\n"
+
+
+def chapter_section(path: Path, record: dict | None, result: dict) -> list[str]:
+    slug = path.stem
+    lines = [f"## {{doc}}`chapters/{slug}`", ""]
+    if record is None:
+        return [*lines, "No claim record: this chapter has not been executed in this build.", ""]
+    current = robustness.content_hash(path)
+    seeds, mutants = result.get("seeds"), result.get("mutants")
+    seeds_stale = seeds is not None and seeds["hash"] != current
+    held = {i: c for i, c in enumerate(seeds["claims"])} if seeds else {}
+    caught = _mutants_line(mutants, current)
+    lines += [
+        f"Run time: {record['seconds']:.0f} s from the setup cell to the claim check "
+        f"(seed {record['seed']}). Broken mechanisms: {caught}",
+        "",
+        "| claim | status | paper | ours | margin | seeds |",
+        "|---|---|---|---|---|---|",
+    ]
+    for i, claim in enumerate(record["claims"]):
+        seeds_cell = "not run"
+        if i in held:
+            seeds_cell = f"holds on {held[i]['held']} of {held[i]['of']}"
+            seeds_cell += " (stale)" if seeds_stale else ""
+        margin = "—" if claim["margin"] is None else f"{claim['margin']:+.0%}"
+        if claim.get("thin"):
+            margin += " (thin)"
+        status = claim["status"]
+        if not claim["holds"] and status != NOT_REPRODUCED:
+            status = f"**{status}, FAILS**"
+        cells = [claim["statement"], status, claim["paper"], claim["ours"], margin, seeds_cell]
+        lines.append("| " + " | ".join(_cell(c) for c in cells) + " |")
+    return [*lines, ""]
+
+
+def _mutants_line(mutants: dict | None, current: str) -> str:
+    if not mutants:
+        return "not run."
+    outcomes = mutants["results"]
+    caught = sum(r["outcome"] == "caught" for r in outcomes)
+    stale = " (stale: the chapter changed since)" if mutants["hash"] != current else ""
+    names = ", ".join(
+        f"{r['breaks'] or r['name']} ({r['outcome']})" for r in outcomes
+    )  # what each breaks, and whether a claim caught it
+    return f"caught {caught} of {len(outcomes)}{stale}: {names}."
+
+
+def _cell(text: str) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
