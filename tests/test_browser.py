@@ -74,7 +74,12 @@ def offline_page(browser, server):
 
     context.route("**/*", route)
     page.errors = []
+    page.console_errors = []
     page.on("pageerror", lambda error: page.errors.append(str(error)))
+    page.on(
+        "console",
+        lambda message: message.type == "error" and page.console_errors.append(message.text),
+    )
     yield page
     context.close()
 
@@ -84,11 +89,23 @@ def chapter_urls(server):
     return [f"{server}/{page}" for page in pages]
 
 
+def every_url(server):
+    return [f"{server}/{page}.html" for page in book.toc_files()]
+
+
+def test_every_page_loads_offline_without_errors(offline_page, server):
+    for url in every_url(server):
+        response = offline_page.goto(url)
+        assert response.ok, url
+        offline_page.wait_for_load_state("load")
+        assert offline_page.blocked == [], url
+        assert offline_page.errors == [], url
+        assert offline_page.console_errors == [], url
+
+
 def test_math_renders_offline(offline_page, server):
-    for url in [f"{server}/intro.html", *chapter_urls(server)]:
+    for url in chapter_urls(server):
         offline_page.goto(url)
-        if "intro" in url:
-            continue  # the landing page has no math
         # Attached, not necessarily visible: the first formula may sit in a collapsed block.
         offline_page.wait_for_selector("mjx-container", state="attached", timeout=20_000)
         rendered = offline_page.locator("mjx-container").count()
@@ -98,31 +115,53 @@ def test_math_renders_offline(offline_page, server):
     assert offline_page.errors == []
 
 
-def test_knob_sliders_swap_the_figure_offline(offline_page, server):
+def test_each_chapter_shows_its_claims_table(offline_page, server):
     for url in chapter_urls(server):
         offline_page.goto(url)
-        panel = offline_page.locator(".pn-knobs").first
-        panel.wait_for()
-        assert "pn-knobs-ready" in panel.get_attribute("class")
-        image = panel.locator("img.pn-knob-frame")
-        before = image.get_attribute("src")
+        table = offline_page.locator("table.pn-claims").first
+        assert table.is_visible(), url
+        headers = table.locator("th").all_inner_texts()
+        assert headers[:2] == ["claim", "status"] and "margin" in headers, (url, headers)
+        assert table.locator("tbody tr").count() >= 2, url
+        assert "FAILS" not in table.inner_text(), url
 
-        slider = panel.locator('input[type="range"]').first
-        readout = panel.locator("output").first
-        label_before = readout.inner_text()
-        # Move to the next position (wrapping): the default may sit at either end.
-        slider.evaluate(
-            "el => { el.value = String((Number(el.value) + 1) % (Number(el.max) + 1));"
-            " el.dispatchEvent(new Event('input')); }"
-        )
-        assert image.get_attribute("src") != before
-        assert readout.inner_text() != label_before
 
-        checkbox = panel.locator('input[type="checkbox"]')
-        if checkbox.count():
-            moved = image.get_attribute("src")
-            checkbox.first.click()
-            assert image.get_attribute("src") != moved
-        offline_page.screenshot(path=str(book.ROOT / "_build" / f"{url.rsplit('/', 1)[-1]}.png"))
+def test_the_scoreboard_links_every_chapter(offline_page, server):
+    offline_page.goto(f"{server}/scoreboard.html")
+    body = offline_page.locator("article").first.inner_text()
+    assert "papers covered" in body and "claims checked" in body
+    for path in book.toc_chapters():
+        link = offline_page.locator(f'a[href$="chapters/{path.stem}.html"]')
+        assert link.count() >= 1, path.stem
+    assert offline_page.locator("article table").count() == len(book.toc_chapters())
+
+
+def test_every_static_knob_control_swaps_the_figure_offline(offline_page, server):
+    for url in chapter_urls(server):
+        offline_page.goto(url)
+        panels = offline_page.locator(".pn-knobs")
+        assert panels.count() >= 1, url
+        for p in range(panels.count()):
+            panel = panels.nth(p)
+            assert "pn-knobs-ready" in panel.get_attribute("class"), url
+            image = panel.locator("img.pn-knob-frame")
+            controls = panel.locator("[data-knob-control]")
+            for c in range(controls.count()):
+                control = controls.nth(c)
+                before = image.get_attribute("src")
+                if control.get_attribute("type") == "checkbox":
+                    control.click()
+                else:
+                    readout = panel.locator(f'[data-knob-readout="{c}"]')
+                    label_before = readout.inner_text()
+                    # The next position, wrapping: the default may sit at either end.
+                    control.evaluate(
+                        "el => { el.value = String((Number(el.value) + 1) % (Number(el.max) + 1));"
+                        " el.dispatchEvent(new Event('input')); }"
+                    )
+                    assert readout.inner_text() != label_before, (url, p, c)
+                assert image.get_attribute("src") != before, (url, p, c)
+        page_name = url.rsplit("/", 1)[-1]
+        offline_page.screenshot(path=str(book.ROOT / "_build" / f"{page_name}.png"))
     assert offline_page.blocked == []
     assert offline_page.errors == []
