@@ -88,14 +88,19 @@ def parse(page):
 
 def test_every_internal_link_and_anchor_resolves(built_book):
     # External links cannot be checked offline (no Sphinx linkcheck here); they are skipped.
-    pages = {page: parse(page) for page in built_book.rglob("*.html")}
+    pages = {
+        page: parse(page)
+        for page in built_book.rglob("*.html")
+        if page.relative_to(built_book).parts[0]
+        not in ("_static", "_sources")  # templates, not pages
+    }
     broken = []
     for page, parsed in pages.items():
         for link in parsed.links:
-            scheme = urlsplit(link).scheme
-            if scheme or link.startswith("//"):
+            parts = urlsplit(link)
+            if parts.scheme or link.startswith("//"):
                 continue  # http(s), mailto, data, javascript: not ours to resolve here
-            path, _, fragment = unquote(link).partition("#")
+            path, fragment = unquote(parts.path), unquote(parts.fragment)
             target = (page.parent / path).resolve() if path else page
             if target.is_dir():
                 target = target / "index.html"
