@@ -23,11 +23,16 @@ found the same distribution at the same time. The module follows the argument in
        \Big(\sum_{i} \pi_i\, y_i^{-\tau}\Big)^{-K} \prod_{k} \pi_k\, y_k^{-\tau-1}.$$
 
 4. **Gradient estimators** of $\nabla_\theta\, \mathbb{E}_{z}[f(z)]$: the unbiased but noisy
-   score function (REINFORCE) $f(z)\,\nabla_\theta \log p_\theta(z) = f(z)\,(z - \pi)$, against
-   the biased, low-variance relaxed gradient $\nabla_\theta f(y)$ and straight-through.
+   score function (REINFORCE) $(f(z) - b)\,\nabla_\theta \log p_\theta(z) = (f(z) - b)\,(z - \pi)$,
+   here with a leave-one-out baseline $b$, against the biased, low-variance relaxed gradient
+   $\nabla_\theta f(y)$ and straight-through.
 
-5. **A categorical VAE** trained with the relaxed gradient or with REINFORCE (the papers'
-   Table 1 experiment, at digits scale).
+5. **A categorical VAE** trained with the relaxed gradient, straight-through or REINFORCE (the
+   Gumbel-softmax paper's Table 1 experiment, at digits scale). The estimator is chosen by name:
+   `"gumbel_softmax"`, `"straight_through"` or `"reinforce"`.
+
+Arguments are checked where they enter (the samplers, the density, the estimators, `train_vae`);
+the helpers below them trust their input.
 """
 
 from __future__ import annotations
@@ -42,23 +47,24 @@ from torch import nn
 
 from papernotes import checks
 from papernotes.data import minibatches
-from papernotes.training import fit
+from papernotes.training import History, generator, seeded, train
 
-# -- checks shared by the public functions ------------------------------------------------------
+# -- checks at the door ---------------------------------------------------------------------------
 
 
-def _check_logits(logits: torch.Tensor) -> None:
-    if not isinstance(logits, torch.Tensor) or not torch.is_floating_point(logits):
-        raise TypeError(f"logits must be a floating-point tensor; got {type(logits).__name__}")
-    if logits.dim() < 1 or logits.shape[-1] < 2:
-        raise ValueError(
-            f"logits must have shape (..., K) with K >= 2 categories; got {tuple(logits.shape)}"
-        )
+def _check_logits(logits) -> int:
+    """Finite floating-point logits of shape (..., K) with K >= 2; returns K."""
+    if not isinstance(logits, torch.Tensor) or not logits.is_floating_point():
+        got = logits.dtype if isinstance(logits, torch.Tensor) else type(logits).__name__
+        raise TypeError(f"logits must be a floating-point tensor of shape (..., K); got {got}")
+    if logits.dim() == 0 or logits.shape[-1] < 2:
+        raise ValueError(f"logits must have shape (..., K) with K >= 2; got {tuple(logits.shape)}")
     if not torch.isfinite(logits).all():
         raise ValueError("logits must be finite; got inf or NaN")
+    return logits.shape[-1]
 
 
-def _check_temperature(temperature: float) -> float:
+def _check_temperature(temperature) -> float:
     if isinstance(temperature, torch.Tensor) and temperature.numel() == 1:
         temperature = temperature.item()
     return checks.number("temperature", temperature, 0.0, low_open=True)
@@ -72,7 +78,7 @@ def gumbel_noise(like: torch.Tensor, generator: torch.Generator | None = None) -
 
     u is kept away from 0, where -log(-log u) would be -inf (torch.rand can return 0 exactly).
     """
-    u = torch.rand(like.shape, generator=generator, dtype=like.dtype, device=like.device)
+    u = torch.rand(like.shape, generator=generator, dtype=like.dtype)
     u = u.clamp_min(torch.finfo(like.dtype).tiny)
     return -torch.log(-torch.log(u))
 
@@ -82,8 +88,16 @@ def gumbel_max_sample(
 ) -> torch.Tensor:
     """One-hot samples of Categorical(softmax(logits)), shape (..., K), by the Gumbel-max trick."""
     _check_logits(logits)
-    index = (logits + gumbel_noise(logits, generator)).argmax(dim=-1)
-    return F.one_hot(index, logits.shape[-1]).to(logits.dtype)
+    return gumbel_max(logits, generator)
+
+
+def gumbel_max(logits: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
+    """z = one_hot(argmax_k (theta_k + g_k))."""
+    return one_hot_argmax(logits + gumbel_noise(logits, generator))
+
+
+def one_hot_argmax(scores: torch.Tensor) -> torch.Tensor:
+    return F.one_hot(scores.argmax(dim=-1), scores.shape[-1]).to(scores.dtype)
 
 
 def chi_square_p_value(counts: torch.Tensor, probs: torch.Tensor) -> float:
@@ -92,14 +106,25 @@ def chi_square_p_value(counts: torch.Tensor, probs: torch.Tensor) -> float:
     X^2 = sum_k (n_k - N p_k)^2 / (N p_k), compared with a chi-square law of K-1 degrees of
     freedom: p = Q((K-1)/2, X^2/2), the regularised upper incomplete gamma function.
     """
-    if counts.shape != probs.shape or counts.dim() != 1:
-        shapes = f"{tuple(counts.shape)} and {tuple(probs.shape)}"
-        raise ValueError(f"counts and probs must both have shape (K,); got {shapes}")
+    k = checks.tensor("counts", counts, "(K,)")["K"]
+    checks.tensor("probs", probs, "(K,)", K=k)
+    statistic = chi_square_statistic(counts, probs)
+    return torch.special.gammaincc(torch.tensor((k - 1) / 2), torch.tensor(statistic / 2)).item()
+
+
+def chi_square_critical_value(k: int, level: float = 1e-3) -> float:
+    """The X^2 that a chi-square law of K-1 degrees of freedom exceeds with probability `level`:
+    a goodness-of-fit test at that false-alarm rate rejects above it."""
+    from scipy.stats import chi2  # scipy comes with scikit-learn
+
+    return float(chi2.isf(level, checks.integer("k", k, 2) - 1))
+
+
+def chi_square_statistic(counts: torch.Tensor, probs: torch.Tensor) -> float:
+    """Pearson's X^2 = sum_k (n_k - N p_k)^2 / (N p_k) of counts (K,) against probs (K,)."""
     counts, probs = counts.double(), probs.double()
     expected = counts.sum() * probs
-    statistic = ((counts - expected) ** 2 / expected).sum()
-    dof = torch.tensor(counts.numel() - 1, dtype=torch.float64)
-    return torch.special.gammaincc(dof / 2, statistic / 2).item()
+    return ((counts - expected) ** 2 / expected).sum().item()
 
 
 # -- 2. The relaxation ---------------------------------------------------------------------------
@@ -108,6 +133,7 @@ def chi_square_p_value(counts: torch.Tensor, probs: torch.Tensor) -> float:
 def concrete_sample(
     logits: torch.Tensor,
     temperature: float,
+    *,
     hard: bool = False,
     generator: torch.Generator | None = None,
 ) -> torch.Tensor:
@@ -118,12 +144,24 @@ def concrete_sample(
     gradient is the relaxed sample's: straight-through Gumbel-softmax.
     """
     _check_logits(logits)
-    temperature = _check_temperature(temperature)
+    return relax(logits, _check_temperature(temperature), hard=hard, generator=generator)
+
+
+def relax(
+    logits: torch.Tensor,
+    temperature: float,
+    *,
+    hard: bool = False,
+    generator: torch.Generator | None = None,
+) -> torch.Tensor:
+    """y = softmax((theta + g) / tau), or its straight-through version with hard=True."""
     y = torch.softmax((logits + gumbel_noise(logits, generator)) / temperature, dim=-1)
-    if not hard:
-        return y
-    z = F.one_hot(y.argmax(dim=-1), logits.shape[-1]).to(y.dtype)
-    return z - y.detach() + y
+    return straight_through(y) if hard else y
+
+
+def straight_through(y: torch.Tensor) -> torch.Tensor:
+    """z - stop_gradient(y) + y: the one-hot argmax z forward, the gradient of y backward."""
+    return one_hot_argmax(y) - y.detach() + y
 
 
 # -- 3. The density ------------------------------------------------------------------------------
@@ -132,32 +170,35 @@ def concrete_sample(
 def concrete_log_density(y: torch.Tensor, logits: torch.Tensor, temperature: float) -> torch.Tensor:
     """log p(y) of the Concrete distribution at points y inside the simplex, shape (...).
 
-    log p = log Gamma(K) + (K-1) log tau + sum_k (log pi_k - (tau+1) log y_k)
-            - K logsumexp_k (log pi_k - tau log y_k),
-    computed in log space. y and logits broadcast against each other over the leading dims.
+    y (..., K) and logits (K,) or (B, K) broadcast against each other over the leading dims.
     """
-    _check_logits(logits)
+    k = _check_logits(logits)
     temperature = _check_temperature(temperature)
-    if not isinstance(y, torch.Tensor) or y.shape[-1:] != logits.shape[-1:]:
-        shape = tuple(y.shape) if isinstance(y, torch.Tensor) else type(y).__name__
-        raise ValueError(
-            f"y must have shape (..., {logits.shape[-1]}) like the logits; got {shape}"
-        )
-    _check_on_simplex(y)
+    if not isinstance(y, torch.Tensor) or not y.is_floating_point() or y.shape[-1:] != (k,):
+        got = tuple(y.shape) if isinstance(y, torch.Tensor) else type(y).__name__
+        raise ValueError(f"y must be a floating-point tensor of shape (..., {k}); got {got}")
+    _check_inside_simplex(y)
+    return log_density(y, logits, temperature)
+
+
+def log_density(y: torch.Tensor, logits: torch.Tensor, temperature: float) -> torch.Tensor:
+    """The density formula in log space:
+
+    log p = log Gamma(K) + (K-1) log tau - K log sum_i pi_i y_i^-tau
+            + sum_k (log pi_k - (tau+1) log y_k).
+    """
     k = logits.shape[-1]
     log_pi = torch.log_softmax(logits, dim=-1)
     log_y = torch.log(y)
     return (
-        math.lgamma(k)
-        + (k - 1) * math.log(temperature)
-        + (log_pi - (temperature + 1) * log_y).sum(-1)
-        - k * torch.logsumexp(log_pi - temperature * log_y, dim=-1)
+        math.lgamma(k)  # Gamma(K)
+        + (k - 1) * math.log(temperature)  # tau^(K-1)
+        - k * torch.logsumexp(log_pi - temperature * log_y, dim=-1)  # (sum pi_i y_i^-tau)^-K
+        + (log_pi - (temperature + 1) * log_y).sum(-1)  # prod pi_k y_k^(-tau-1)
     )
 
 
-def _check_on_simplex(y: torch.Tensor) -> None:
-    if not torch.is_floating_point(y):
-        raise TypeError("y must be a floating-point tensor")
+def _check_inside_simplex(y: torch.Tensor) -> None:
     if not (y > 0).all():
         raise ValueError(
             "y must lie strictly inside the simplex (every entry > 0); some entries are <= 0 "
@@ -180,20 +221,41 @@ def quadratic_objective(weights: torch.Tensor, target: float = 0.5) -> Objective
 
 def exact_gradient(logits: torch.Tensor, f: Objective) -> torch.Tensor:
     """d/dtheta E_{z ~ Cat(softmax theta)} f(z) = pi * (f - pi . f), with f at each one-hot."""
-    _check_logits(logits)
-    if logits.dim() != 1:
-        raise ValueError(f"exact_gradient takes one logit vector (K,); got {tuple(logits.shape)}")
-    values = f(torch.eye(logits.shape[-1], dtype=logits.dtype))
+    k = _check_logits(logits)
+    checks.tensor("logits", logits, "(K,)")
+    values = f(torch.eye(k, dtype=logits.dtype))
     pi = torch.softmax(logits, dim=-1)
     return pi * (values - (pi * values).sum())
 
 
 def score_function_gradients(
-    logits: torch.Tensor, f: Objective, n: int, generator: torch.Generator | None = None
+    logits: torch.Tensor,
+    f: Objective,
+    n: int,
+    *,
+    samples: int = 1,
+    leave_one_out: bool = False,
+    generator: torch.Generator | None = None,
 ) -> torch.Tensor:
-    """n REINFORCE estimates, shape (n, K): f(z) * grad log p(z) = f(z) * (z - pi)."""
-    z = gumbel_max_sample(logits.expand(n, -1), generator)
-    return f(z).unsqueeze(-1) * (z - torch.softmax(logits, dim=-1))
+    """n REINFORCE estimates, shape (n, K), each the mean over `samples` draws z_s of
+
+        (f(z_s) - b_s) * grad log p(z_s) = (f(z_s) - b_s) * (z_s - pi),
+
+    with b_s = 0, or with `leave_one_out=True` the mean of f over the estimate's other draws
+    (a baseline that does not depend on z_s, so the estimate stays unbiased; needs samples >= 2).
+    """
+    k = _check_logits(logits)
+    checks.tensor("logits", logits, "(K,)")
+    n, samples = checks.integer("n", n), checks.integer("samples", samples)
+    if leave_one_out and samples < 2:
+        raise ValueError("a leave-one-out baseline needs samples >= 2 draws per estimate")
+    z = gumbel_max(logits.expand(n * samples, k), generator)
+    values = f(z).view(n, samples)
+    if leave_one_out:
+        others = (values.sum(1, keepdim=True) - values) / (samples - 1)
+        values = values - others
+    score = (z - torch.softmax(logits, dim=-1)).view(n, samples, k)
+    return (values.unsqueeze(-1) * score).mean(1)
 
 
 def relaxed_gradients(
@@ -201,17 +263,25 @@ def relaxed_gradients(
     f: Objective,
     n: int,
     temperature: float,
+    *,
+    samples: int = 1,
     hard: bool = False,
     generator: torch.Generator | None = None,
 ) -> torch.Tensor:
-    """n reparameterised estimates, shape (n, K): grad_theta f(y) through y = concrete_sample.
+    """n reparameterised estimates, shape (n, K), each the mean over `samples` draws of
+    grad_theta f(y) through y = concrete_sample(theta, temperature).
 
     hard=False is Gumbel-softmax (f at the relaxed y); hard=True is straight-through
     (f at the one-hot z, gradient through y).
     """
-    theta = logits.detach().expand(n, -1).clone().requires_grad_(True)
-    f(concrete_sample(theta, temperature, hard=hard, generator=generator)).sum().backward()
-    return theta.grad
+    k = _check_logits(logits)
+    checks.tensor("logits", logits, "(K,)")
+    n, samples = checks.integer("n", n), checks.integer("samples", samples)
+    temperature = _check_temperature(temperature)
+    theta = logits.detach().expand(n * samples, k).clone().requires_grad_(True)
+    # Each row of theta is its own copy of the logits, so theta.grad's row i is draw i's gradient.
+    f(relax(theta, temperature, hard=hard, generator=generator)).sum().backward()
+    return theta.grad.view(n, samples, k).mean(1)
 
 
 @dataclass(frozen=True)
@@ -228,13 +298,24 @@ def estimator_stats(estimates: torch.Tensor, exact: torch.Tensor) -> EstimatorSt
     return EstimatorStats(bias=bias, variance=variance)
 
 
+def crossing(xs, ys, level: float) -> float | None:
+    """Where the curve (xs, ys) first crosses `level`, interpolated on log-log axes; None if it
+    never does. For the temperature below which a variance exceeds another estimator's."""
+    points = list(zip(xs, ys, strict=True))
+    for (x0, y0), (x1, y1) in zip(points, points[1:], strict=False):
+        if (y0 - level) * (y1 - level) <= 0 and y0 != y1:
+            t = (math.log(level) - math.log(y0)) / (math.log(y1) - math.log(y0))
+            return math.exp(math.log(x0) + t * (math.log(x1) - math.log(x0)))
+    return None
+
+
 # -- 5. A categorical VAE -----------------------------------------------------------------------
 
 
 class CategoricalVAE(nn.Module):
     """x -> q(z|x), z = `n_latents` categorical variables of `n_categories` -> p(x|z) Bernoulli.
 
-    The papers' VAE has 20 variables of 10 categories on 784-pixel MNIST; ours has 8 of 10 on
+    The paper's VAE has 20 variables of 10 categories on 784-pixel MNIST; ours has 8 of 10 on
     the 64-pixel digits. The prior is uniform over each variable's categories.
     """
 
@@ -242,6 +323,9 @@ class CategoricalVAE(nn.Module):
         self, n_pixels: int = 64, n_latents: int = 8, n_categories: int = 10, hidden: int = 128
     ):
         super().__init__()
+        for name, value in [("n_pixels", n_pixels), ("n_latents", n_latents), ("hidden", hidden)]:
+            checks.integer(name, value)
+        checks.integer("n_categories", n_categories, 2)
         self.n_latents, self.n_categories = n_latents, n_categories
         code = n_latents * n_categories
         self.encoder = nn.Sequential(
@@ -261,7 +345,7 @@ class CategoricalVAE(nn.Module):
         return F.binary_cross_entropy_with_logits(logits, x, reduction="none").sum(-1)
 
     def kl_to_uniform(self, logits: torch.Tensor) -> torch.Tensor:
-        """KL(q(z|x) || uniform) of the discrete posterior, summed over variables: shape (B,).
+        """KL(q(z|x) || uniform) = sum_k q_k (log q_k + log K), summed over variables: (B,).
 
         This is the Gumbel-softmax paper's convention (discrete KL), not the Concrete paper's
         relaxed one; do not mix the two.
@@ -270,51 +354,57 @@ class CategoricalVAE(nn.Module):
         return (log_q.exp() * (log_q + math.log(self.n_categories))).sum((-1, -2))
 
 
-ESTIMATORS = ("gumbel-softmax", "straight-through", "reinforce")
+ESTIMATORS = ("gumbel_softmax", "straight_through", "reinforce")
 
 
 def vae_loss(
     model: CategoricalVAE,
     x: torch.Tensor,
+    *,
     estimator: str,
     temperature: float,
-    baseline: float = 0.0,
+    baseline: float | None = None,
+    generator: torch.Generator | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """A surrogate loss whose gradient is the estimator's, and -log p(x|z) per example.
 
-    - gumbel-softmax: decode the relaxed sample y; gradients flow through y.
-    - straight-through: decode the one-hot z; gradients flow through y.
-    - reinforce: decode the one-hot z; the encoder gets (nll - baseline) * grad log q(z|x).
+    - "gumbel_softmax": decode the relaxed sample y; gradients flow through y.
+    - "straight_through": decode the one-hot z; gradients flow through y.
+    - "reinforce": decode the one-hot z; the encoder gets (nll - baseline) * grad log q(z|x),
+      with the batch's mean nll as the baseline when none is given.
     The KL term is analytic in every case.
     """
-    if estimator not in ESTIMATORS:
-        raise ValueError(f"estimator must be one of {', '.join(ESTIMATORS)}; got {estimator!r}")
+    checks.one_of("estimator", estimator, ESTIMATORS)
     logits = model.posterior_logits(x)
     kl = model.kl_to_uniform(logits)
     if estimator == "reinforce":
-        z = gumbel_max_sample(logits.detach())
+        z = gumbel_max(logits.detach(), generator)
         nll = model.reconstruction_nll(x, z)
+        if baseline is None:
+            baseline = nll.detach().mean()
         log_q = (torch.log_softmax(logits, dim=-1) * z).sum((-1, -2))
         surrogate = nll + (nll.detach() - baseline) * log_q + kl
     else:
-        y = concrete_sample(logits, temperature, hard=estimator == "straight-through")
+        hard = estimator == "straight_through"
+        y = relax(logits, temperature, hard=hard, generator=generator)
         nll = model.reconstruction_nll(x, y)
         surrogate = nll + kl
     return surrogate.mean(), nll.detach()
 
 
-@torch.no_grad()
 def negative_elbo(
-    model: CategoricalVAE, x: torch.Tensor, samples: int = 10, seed: int = 0
+    model: CategoricalVAE, x: torch.Tensor, *, samples: int = 10, seed: int = 0
 ) -> float:
-    """Mean -ELBO in nats with discrete samples z ~ q(z|x) (the relaxation is for training only)."""
-    generator = torch.Generator().manual_seed(seed)
-    logits = model.posterior_logits(x)
-    kl = model.kl_to_uniform(logits)
-    nll = torch.stack(
-        [model.reconstruction_nll(x, gumbel_max_sample(logits, generator)) for _ in range(samples)]
-    )
-    return (nll.mean(0) + kl).mean().item()
+    """Mean -ELBO = E_q[-log p(x|z)] + KL(q || prior) in nats, with discrete z ~ q(z|x) (the
+    relaxation is for training only); the noise follows `seed`, the same at every call."""
+    checks.tensor("x", x, "(B, D)", D=model.decoder[-1].out_features)
+    noise = generator(seed, stream=3)
+    with torch.no_grad():
+        logits = model.posterior_logits(x)
+        nll = torch.stack(
+            [model.reconstruction_nll(x, gumbel_max(logits, noise)) for _ in range(samples)]
+        )
+        return (nll.mean(0) + model.kl_to_uniform(logits)).mean().item()
 
 
 def temperature_schedule(step: int, rate: float, floor: float = 0.5) -> float:
@@ -322,36 +412,74 @@ def temperature_schedule(step: int, rate: float, floor: float = 0.5) -> float:
     return max(floor, math.exp(-rate * step))
 
 
+@dataclass
+class VAERun:
+    """A trained model and the History of its validation -ELBO ("val_neg_elbo")."""
+
+    model: CategoricalVAE
+    history: History
+
+
 def train_vae(
     train_x: torch.Tensor,
-    test_x: torch.Tensor,
+    val_x: torch.Tensor,
+    *,
     estimator: str,
-    steps: int = 3000,
+    seed: int,
+    steps: int = 2000,
     batch_size: int = 100,
     lr: float = 1e-3,
     anneal_rate: float = 3e-4,
     baseline_decay: float = 0.99,
     eval_every: int = 250,
-    seed: int = 0,
-) -> dict[str, list[float]]:
-    """Train a CategoricalVAE with one estimator; return the test -ELBO every `eval_every` steps."""
-    torch.manual_seed(seed)
-    model = CategoricalVAE(n_pixels=train_x.shape[1])
+) -> VAERun:
+    """Train a CategoricalVAE with one estimator ("gumbel_softmax", "straight_through" or
+    "reinforce"); its validation -ELBO is logged every `eval_every` updates.
+
+    `seed` fixes every random choice: the initial weights, the batches, the estimator's noise
+    and the evaluation's noise, each from its own stream.
+    """
+    checks.one_of("estimator", estimator, ESTIMATORS)
+    n_pixels = checks.tensor("train_x", train_x, "(N, D)", dtype="floating")["D"]
+    checks.tensor("val_x", val_x, "(M, D)", D=n_pixels, dtype="floating")
+    checks.integer("seed", seed, 0)
+    checks.number("lr", lr, 0.0, low_open=True)
+    checks.number("anneal_rate", anneal_rate, 0.0)
+    checks.number("baseline_decay", baseline_decay, 0.0, 1.0, high_open=True)
+    with seeded(seed):
+        model = CategoricalVAE(n_pixels=n_pixels)
     optimizer = torch.optim.Adam(model.parameters(), lr=lr)
-    batches = minibatches(len(train_x), batch_size, torch.Generator().manual_seed(seed))
-    baseline = 0.0
+    batches = minibatches(len(train_x), batch_size, generator(seed, stream=1))
+    noise = generator(seed, stream=2)
+    # REINFORCE's control variate: a moving average of the reconstruction term, started at the
+    # first batch's mean (from zero it would take hundreds of updates to reach the nll's scale).
+    baseline = None
 
-    def step(i: int):
+    def loss_of_update(i: int) -> torch.Tensor:
         nonlocal baseline
-        x = train_x[next(batches)]
-        loss, nll = vae_loss(model, x, estimator, temperature_schedule(i, anneal_rate), baseline)
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-        # REINFORCE's control variate: a moving average of the reconstruction term.
-        baseline = baseline_decay * baseline + (1 - baseline_decay) * nll.mean().item()
-        if (i + 1) % eval_every == 0:
-            return {"test_neg_elbo": negative_elbo(model, test_x)}
-        return None
+        loss, nll = vae_loss(
+            model,
+            train_x[next(batches)],
+            estimator=estimator,
+            temperature=temperature_schedule(i, anneal_rate),
+            baseline=baseline,
+            generator=noise,
+        )
+        mean_nll = nll.mean().item()
+        baseline = (
+            mean_nll
+            if baseline is None
+            else (baseline_decay * baseline + (1 - baseline_decay) * mean_nll)
+        )
+        return loss
 
-    return fit(step, steps, desc=estimator)
+    history = train(
+        model,
+        optimizer,
+        loss_of_update,
+        steps,
+        evaluate=lambda: {"val_neg_elbo": negative_elbo(model, val_x, seed=seed)},
+        eval_every=eval_every,
+        desc=estimator,
+    )
+    return VAERun(model, history)
