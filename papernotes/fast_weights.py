@@ -21,27 +21,30 @@ Ba, Hinton, Mnih, Leibo & Ionescu 2016, *Using Fast Weights to Attend to the Rec
    softmax; $A$ is a fixed-size summary of it, of $H \times H$ numbers whatever the length.
 
 3. **The fast-weights RNN.** The next hidden state comes from a short inner loop. The slow part,
-   $W h(t) + C x(t)$, is computed once; a preliminary state
-   $h_0(t+1) = f(\mathrm{LN}[W h(t) + C x(t)])$ then settles for $S$ steps under the fast weights,
+   $W h(t) + C x(t)$, is computed once; the preliminary vector is
+   $h_0(t+1) = f(W h(t) + C x(t))$, which then settles for $S$ steps under the fast weights,
+   with layer normalisation (LN) inside the loop,
 
    $$h_{s+1}(t+1) = f\big(\mathrm{LN}[\, W h(t) + C x(t) + A(t)\, h_s(t+1) \,]\big),$$
 
-   and $h(t+1) = h_S(t+1)$, with $f$ = ReLU and LN layer normalisation. The matrix $A(t)$ used
-   for $h(t+1)$ already holds $h(t)$, and the memory stores the final $h(t+1)$, not the inner
-   loop's intermediate states. With $\eta = 0$ the fast weights vanish and what is left is the
-   same recurrent network without them (our ablation).
+   and $h(t+1) = h_S(t+1)$, with $f$ = ReLU. The matrix $A(t)$ used for $h(t+1)$ already holds
+   $h(t)$, and the memory stores the final $h(t+1)$, not the loop's intermediate states. With
+   $\eta = 0$ the fast weights vanish and what is left, $h(t+1) = f(\mathrm{LN}[W h(t) + C
+   x(t)])$, is the same recurrent network without them (our ablation).
 
 4. **Associative retrieval**, the paper's first task: read key-value pairs such as ``c9k8j3f1``,
    then ``??`` and one of the keys, and answer its value: ``c9k8j3f1??c`` -> ``9``.
 
 5. **Training** the fast-weights RNN, the ablation and an LSTM of the same size on that task,
-   for the same number of updates.
+   for the same number of updates, through the book's one training loop.
+
+Arguments are checked where they enter (the constructors, `settings`, `retrieval_batch`,
+`retrieval_sets`, `train_retrieval`, `retrieval_accuracy`, `attention_at_query` and the models'
+forward passes); the equations of sections 1-3 trust their input.
 """
 
 from __future__ import annotations
 
-import math
-import numbers
 import string
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -53,24 +56,12 @@ import torch.nn.functional as F
 from torch import nn
 
 from papernotes import checks
-from papernotes.training import fit
+from papernotes.training import History, accuracy, evaluating, generator, seeded, train
 
-# -- checks shared by the public functions ------------------------------------------------------
-
-
-def _check_tensor(name: str, value, dims: int, what: str) -> None:
-    if not isinstance(value, torch.Tensor) or not torch.is_floating_point(value):
-        raise TypeError(f"{name} must be a floating-point tensor; got {type(value).__name__}")
-    if value.dim() != dims:
-        raise ValueError(f"{name} must have shape {what}; got {tuple(value.shape)}")
-
-
-def _check_decay(decay) -> float:
-    return checks.number("decay (lambda)", decay, 0.0, 1.0)
-
-
-def _check_fast_lr(fast_lr) -> float:
-    return checks.number("fast_lr (eta)", fast_lr, 0.0)
+# The random streams of a run (papernotes.training.generator(seed, stream)): the training
+# batches, the validation sequences and the test sequences each come from their own.
+BATCH_STREAM, VALIDATION_STREAM, TEST_STREAM = 1, 2, 3
+MEMORIES = ("attention", "matrix")
 
 
 # -- 1. The fast-weight memory --------------------------------------------------------------------
@@ -79,19 +70,11 @@ def _check_fast_lr(fast_lr) -> float:
 def fast_weight_update(
     A: torch.Tensor, h: torch.Tensor, decay: float, fast_lr: float
 ) -> torch.Tensor:
-    """One step of the Hebbian rule, A <- decay * A + fast_lr * h h^T, for each sequence.
+    """A(t) = decay * A(t-1) + fast_lr * h(t) h(t)^T, for each sequence: A (B, H, H), h (B, H).
 
-    A is (B, H, H) and h is (B, H): example b's outer product h_b h_b^T goes into A_b only.
-    (A single `h.T @ h` would add up every example's outer product into one shared memory.)
+    Example b's outer product h_b h_b^T goes into A_b only (a single `h.T @ h` would add up every
+    example's outer product into one memory shared by the batch).
     """
-    _check_tensor("A", A, 3, "(B, H, H)")
-    _check_tensor("h", h, 2, "(B, H)")
-    if A.shape != (h.shape[0], h.shape[1], h.shape[1]):
-        raise ValueError(
-            f"A must have shape (B, H, H) = {(h.shape[0], h.shape[1], h.shape[1])} for h of "
-            f"shape {tuple(h.shape)}; got {tuple(A.shape)}"
-        )
-    decay, fast_lr = _check_decay(decay), _check_fast_lr(fast_lr)
     # baddbmm: beta * A + alpha * (h as a column) @ (h as a row), batched over b.
     return torch.baddbmm(A, h.unsqueeze(2), h.unsqueeze(1), beta=decay, alpha=fast_lr)
 
@@ -102,40 +85,53 @@ def fast_weight_update(
 def attention_weights(
     hs: torch.Tensor, query: torch.Tensor, decay: float, fast_lr: float
 ) -> torch.Tensor:
-    """The weight of each past state in A(t) query: fast_lr * decay^(t - tau) * h_tau^T query.
+    """The weight of each past state in A(t) q: fast_lr * decay^(t - tau) * h(tau)^T q.
 
-    hs holds the past hidden states h_1 .. h_t, shape (B, t, H); query is (B, H).
-    Returns (B, t). Unlike softmax attention the weights need not be positive or sum to one.
+    hs holds the past hidden states h(1) .. h(t), shape (B, t, H); query is (B, H); returns
+    (B, t). Unlike softmax attention the weights need not be positive or sum to one.
     """
-    _check_tensor("hs", hs, 3, "(B, t, H)")
-    _check_tensor("query", query, 2, "(B, H)")
-    if query.shape != (hs.shape[0], hs.shape[2]):
-        raise ValueError(
-            f"query must have shape (B, H) = {(hs.shape[0], hs.shape[2])} to match hs of shape "
-            f"{tuple(hs.shape)}; got {tuple(query.shape)}"
-        )
-    decay, fast_lr = _check_decay(decay), _check_fast_lr(fast_lr)
-    scores = (hs * query.unsqueeze(1)).sum(2)  # h_tau^T query, (B, t)
-    return scores * _decay_weights(hs.shape[1], decay, fast_lr, hs.dtype, hs.device)
+    scores = (hs * query.unsqueeze(1)).sum(2)  # h(tau)^T q, (B, t)
+    return scores * decay_weights(hs.shape[1], decay, fast_lr, hs.dtype)
 
 
 @lru_cache(maxsize=64)
-def _decay_weights(t: int, decay: float, fast_lr: float, dtype, device) -> torch.Tensor:
-    """fast_lr * decay^(t - tau) for tau = 1..t (the newest state last), computed once."""
+def decay_weights(t: int, decay: float, fast_lr: float, dtype: torch.dtype) -> torch.Tensor:
+    """fast_lr * decay^(t - tau) for tau = 1 .. t, the newest state last (computed once)."""
     age = torch.arange(t - 1, -1, -1, dtype=torch.float64)
-    return (fast_lr * decay**age).to(dtype=dtype, device=device)
+    return (fast_lr * decay**age).to(dtype)
 
 
 def attention_readout(
     hs: torch.Tensor, query: torch.Tensor, decay: float, fast_lr: float
 ) -> torch.Tensor:
-    """fast_lr * sum_tau decay^(t - tau) h_tau (h_tau^T query), shape (B, H): the same vector
-    as A(t) query after t fast-weight updates with h_1 .. h_t, computed from the stored states."""
+    """fast_lr * sum_tau decay^(t - tau) h(tau) (h(tau)^T q), shape (B, H): the same vector as
+    A(t) q after t fast-weight updates with h(1) .. h(t), computed from the stored states."""
     weights = attention_weights(hs, query, decay, fast_lr)
-    return (weights.unsqueeze(2) * hs).sum(1)  # sum_tau weight_tau h_tau, (B, H)
+    return (weights.unsqueeze(2) * hs).sum(1)  # sum_tau weight_tau h(tau)
 
 
 # -- 3. The fast-weights RNN ----------------------------------------------------------------------
+
+
+class StateMemory:
+    """The memory kept as the list of past hidden states and read by attention (section 2).
+
+    The paper computes fast weights this way for minibatch training: no sequence needs a matrix
+    of its own. A read costs O(t H) per sequence instead of O(H^2), the cheaper of the two
+    while a sequence is shorter than the hidden size (as on the retrieval task).
+    """
+
+    def __init__(self, like: torch.Tensor, decay: float, fast_lr: float):
+        self.states: list[torch.Tensor] = []
+        self.decay, self.fast_lr = decay, fast_lr
+
+    def write(self, h: torch.Tensor) -> None:
+        self.states.append(h)
+
+    def read(self, query: torch.Tensor) -> torch.Tensor:
+        if not self.states:  # A(0) = 0
+            return torch.zeros_like(query)
+        return attention_readout(torch.stack(self.states, 1), query, self.decay, self.fast_lr)
 
 
 class MatrixMemory:
@@ -153,50 +149,48 @@ class MatrixMemory:
         return (self.A * query.unsqueeze(1)).sum(2)  # A q, batched (faster than bmm on a CPU)
 
 
-class StateMemory:
-    """The same memory kept as the list of past hidden states and read by attention.
-
-    The paper computes fast weights this way for minibatch training: no sequence needs a matrix
-    of its own. A read costs O(t H) per sequence instead of O(H^2), the cheaper of the two
-    while a sequence is shorter than the hidden size (as on the retrieval task).
-    """
-
-    def __init__(self, like: torch.Tensor, decay: float, fast_lr: float):
-        self.states: list[torch.Tensor] = []
-        self.decay, self.fast_lr = decay, fast_lr
-
-    def write(self, h: torch.Tensor) -> None:
-        self.states.append(h)
-
-    def read(self, query: torch.Tensor) -> torch.Tensor:
-        if not self.states:
-            return torch.zeros_like(query)
-        return attention_readout(torch.stack(self.states, 1), query, self.decay, self.fast_lr)
-
-
-MEMORIES = {"matrix": MatrixMemory, "attention": StateMemory}
-
-
 @dataclass(frozen=True)
 class FastWeightsTrace:
-    """What a forward pass saw: the hidden states h(1..T) and the inner loop's preliminary
-    states h_0(1..T), both (B, T, H)."""
+    """What a forward pass saw: the hidden states h(1..T) and the preliminary vectors
+    h_0(1..T), both (B, T, H)."""
 
     hidden: torch.Tensor
     preliminary: torch.Tensor
 
 
+def _check_decay(decay) -> float:
+    return checks.number("decay", decay, 0.0, 1.0)
+
+
+def _check_fast_lr(fast_lr) -> float:
+    return checks.number("fast_lr", fast_lr, 0.0)
+
+
+def _check_inner_steps(inner_steps) -> int:
+    return checks.integer("inner_steps", inner_steps)
+
+
+def _check_memory(memory) -> str:
+    return checks.one_of("memory", memory, MEMORIES)
+
+
+def _check_flag(name: str, value) -> bool:
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be True or False; got {value!r}")
+    return value
+
+
 class FastWeightsRNN(nn.Module):
-    """A ReLU RNN with layer normalisation and a per-sequence fast-weight memory.
+    """A ReLU RNN with a per-sequence fast-weight memory and layer normalisation in its inner loop.
 
     forward(x) takes x of shape (B, T, input_size) and returns the hidden states (B, T, H) and
     the final hidden state (B, H). The slow weights are C (input, with a bias) and W
     (recurrent), which starts at 0.5 * I: an identity-like start lets the state carry
     information across steps from the first update (0.05 * I learned far slower in the
-    book's pilot). fast_lr = 0 switches the fast weights off.
+    book's pilot). fast_lr = 0 switches the fast weights off; layer_norm=False drops LN.
 
-    memory chooses how A(t) h is computed, with the same result: "matrix" keeps A itself,
-    "attention" (the default, faster here) keeps the past states and uses the memory view.
+    memory chooses how A(t) h is computed, with the same result: "attention" (the default,
+    faster here) keeps the past states and uses the memory view, "matrix" keeps A itself.
     decay, fast_lr, inner_steps and memory are plain settings, not parameters: `settings()`
     changes them for a while on a trained model.
     """
@@ -208,8 +202,8 @@ class FastWeightsRNN(nn.Module):
         decay: float = 0.95,
         fast_lr: float = 0.5,
         inner_steps: int = 1,
-        layer_norm: bool = True,
         *,
+        layer_norm: bool = True,
         memory: str = "attention",
     ):
         super().__init__()
@@ -217,10 +211,9 @@ class FastWeightsRNN(nn.Module):
         self.hidden_size = checks.integer("hidden_size", hidden_size)
         self.decay = _check_decay(decay)
         self.fast_lr = _check_fast_lr(fast_lr)
-        self.inner_steps = checks.integer("inner_steps", inner_steps)
+        self.inner_steps = _check_inner_steps(inner_steps)
         self.memory = _check_memory(memory)
-        if not isinstance(layer_norm, bool):
-            raise TypeError(f"layer_norm must be True or False; got {layer_norm!r}")
+        _check_flag("layer_norm", layer_norm)
         self.input_weights = nn.Linear(input_size, hidden_size)  # C (and the bias)
         self.recurrent_weights = nn.Linear(hidden_size, hidden_size, bias=False)  # W
         self.norm = nn.LayerNorm(hidden_size) if layer_norm else nn.Identity()
@@ -233,12 +226,11 @@ class FastWeightsRNN(nn.Module):
         validators = {
             "decay": _check_decay,
             "fast_lr": _check_fast_lr,
-            "inner_steps": lambda v: checks.integer("inner_steps", v),
+            "inner_steps": _check_inner_steps,
             "memory": _check_memory,
         }
-        unknown = sorted(set(changes) - set(validators))
-        if unknown:
-            raise ValueError(f"unknown setting(s) {unknown}; the settings are {sorted(validators)}")
+        for name in changes:
+            checks.one_of("setting", name, validators)
         new = {name: validators[name](value) for name, value in changes.items()}
         old = {name: getattr(self, name) for name in new}
         try:
@@ -254,25 +246,25 @@ class FastWeightsRNN(nn.Module):
 
         Returns (h(t+1), h_0(t+1)); the memory becomes A(t+1).
         """
-        preliminary = F.relu(self.norm(slow))  # h_0(t+1)
+        preliminary = F.relu(slow)  # h_0(t+1) = f(W h(t) + C x(t))
         h = preliminary
-        if self.fast_lr > 0:  # with eta = 0, A stays 0 and the loop would return h_0 unchanged
-            for _ in range(self.inner_steps):
-                h = F.relu(self.norm(slow + memory.read(h)))  # A(t) h_s: attention to the past
-            # Store the final h(t+1), not the loop's intermediate states, before the next step.
+        for _ in range(self.inner_steps):
+            # h_{s+1}(t+1) = f(LN[W h(t) + C x(t) + A(t) h_s(t+1)]); with eta = 0, A(t) h is 0.
+            fast = memory.read(h) if self.fast_lr > 0 else 0.0
+            h = F.relu(self.norm(slow + fast))
+        # Store the final h(t+1), not the loop's intermediate states, before the next step.
+        if self.fast_lr > 0:
             memory.write(h)
         return h, preliminary
 
     def trace(self, x: torch.Tensor) -> FastWeightsTrace:
         """Run over x (B, T, input_size) from h(0) = 0 and A(0) = 0; keep every state."""
-        _check_tensor("x", x, 3, f"(B, T, {self.input_size})")
-        if x.shape[2] != self.input_size or x.shape[1] < 1:
-            raise ValueError(
-                f"x must have shape (B, T, {self.input_size}) with T >= 1; got {tuple(x.shape)}"
-            )
+        checks.tensor("x", x, "(B, T, D)", dtype="floating", D=self.input_size)
         drive = self.input_weights(x)  # C x(t) + b for every t at once
         h = x.new_zeros(x.shape[0], self.hidden_size)
-        memory = MEMORIES[self.memory](h, self.decay, self.fast_lr)  # empty: A(0) = 0
+        memory = (StateMemory if self.memory == "attention" else MatrixMemory)(
+            h, self.decay, self.fast_lr
+        )
         hidden, preliminary = [], []
         for t in range(x.shape[1]):
             slow = torch.addmm(drive[:, t], h, self.recurrent_weights.weight.T)  # + W h(t)
@@ -284,12 +276,6 @@ class FastWeightsRNN(nn.Module):
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         hidden = self.trace(x).hidden
         return hidden, hidden[:, -1]
-
-
-def _check_memory(memory) -> str:
-    if memory not in MEMORIES:
-        raise ValueError(f"memory must be one of {', '.join(MEMORIES)}; got {memory!r}")
-    return memory
 
 
 # -- 4. Associative retrieval ---------------------------------------------------------------------
@@ -310,8 +296,7 @@ def retrieval_batch(
     """
     batch_size = checks.integer("batch_size", batch_size)
     n_pairs = checks.integer("n_pairs", n_pairs)
-    if n_pairs > len(KEYS):
-        raise ValueError(f"n_pairs must be at most {len(KEYS)} (distinct keys); got {n_pairs}")
+    checks.number("n_pairs", n_pairs, 1, len(KEYS))  # the keys of a sequence are distinct
     keys = torch.rand(batch_size, len(KEYS), generator=generator).argsort(1)[:, :n_pairs]
     values = torch.randint(len(VALUES), (batch_size, n_pairs), generator=generator)
     asked = torch.randint(n_pairs, (batch_size, 1), generator=generator)
@@ -321,46 +306,76 @@ def retrieval_batch(
     return tokens, values.gather(1, asked).squeeze(1)
 
 
+@dataclass(frozen=True)
+class RetrievalSets:
+    """Held-out sequences of one seed: validation (for choices) and test (for claims), each a
+    pair (tokens (N, T), answers (N,)) from its own random stream."""
+
+    validation: tuple[torch.Tensor, torch.Tensor]
+    test: tuple[torch.Tensor, torch.Tensor]
+
+
+def retrieval_sets(seed: int, size: int = 2000, n_pairs: int = 4) -> RetrievalSets:
+    """Validation and test sequences that follow the run's seed, each from its own stream (and
+    neither from the training batches' stream)."""
+    return RetrievalSets(
+        validation=retrieval_batch(size, n_pairs, generator(seed, VALIDATION_STREAM)),
+        test=retrieval_batch(size, n_pairs, generator(seed, TEST_STREAM)),
+    )
+
+
 def decode(tokens: torch.Tensor) -> str:
     """Token ids (T,) back to text, e.g. "c9k8j3f1??c"."""
     return "".join(VOCABULARY[i] for i in tokens.tolist())
 
 
-# -- 5. Three models on the task, trained alike ----------------------------------------------------
+def _check_tokens(tokens) -> int:
+    """Token ids (B, T) in [0, 37); returns B."""
+    batch = checks.tensor("tokens", tokens, "(B, T)", dtype=torch.long)["B"]
+    if tokens.numel() and (tokens.min() < 0 or tokens.max() >= len(VOCABULARY)):
+        raise ValueError(f"token ids must lie in [0, {len(VOCABULARY) - 1}]")
+    return batch
 
-MODELS = ("fast weights", "no fast weights", "LSTM")
+
+def _check_sequences(name: str, sequences) -> tuple[torch.Tensor, torch.Tensor]:
+    if not isinstance(sequences, tuple) or len(sequences) != 2:
+        raise TypeError(f"{name} must be a pair (tokens (N, T), answers (N,))")
+    tokens, answers = sequences
+    checks.tensor(f"{name} answers", answers, "(N,)", N=_check_tokens(tokens))
+    return tokens, answers
+
+
+# -- 5. Three models on the task, trained alike ----------------------------------------------------
 
 
 class RetrievalNet(nn.Module):
     """Token ids (B, T) -> embedding -> a recurrent core -> the last hidden state -> 10 logits.
 
-    core is one of MODELS: the fast-weights RNN, the same RNN with fast_lr = 0, or an LSTM with
-    the same number of hidden units. Everything but the core is shared.
+    The core is the fast-weights RNN (the default), the same RNN without fast weights
+    (`fast_lr=0.0`), or an LSTM with the same number of hidden units (`lstm=True`). Everything
+    but the core is shared. Other keyword arguments go to FastWeightsRNN.
     """
 
     def __init__(
         self,
-        core: str = "fast weights",
         hidden_size: int = 32,
         embedding_size: int = 100,
+        *,
+        lstm: bool = False,
         **fast_weight_settings,
     ):
         super().__init__()
-        if core not in MODELS:
-            raise ValueError(f"core must be one of {', '.join(MODELS)}; got {core!r}")
-        self.kind = core
-        self.embedding = nn.Embedding(len(VOCABULARY), embedding_size)
-        if core == "LSTM":
-            if fast_weight_settings:
-                raise ValueError(
-                    f"an LSTM takes no fast-weight settings; got {fast_weight_settings}"
-                )
-            self.core = nn.LSTM(embedding_size, hidden_size, batch_first=True)
+        _check_flag("lstm", lstm)
+        if lstm and fast_weight_settings:
+            raise ValueError(f"an LSTM takes no fast-weight settings; got {fast_weight_settings}")
+        self.embedding = nn.Embedding(
+            len(VOCABULARY), checks.integer("embedding_size", embedding_size)
+        )
+        if lstm:
+            self.core = nn.LSTM(
+                embedding_size, checks.integer("hidden_size", hidden_size), batch_first=True
+            )
         else:
-            if core == "no fast weights":
-                if fast_weight_settings.get("fast_lr", 0.0) != 0.0:
-                    raise ValueError("'no fast weights' means fast_lr = 0; do not pass another")
-                fast_weight_settings["fast_lr"] = 0.0
             self.core = FastWeightsRNN(embedding_size, hidden_size, **fast_weight_settings)
         self.readout = nn.Linear(hidden_size, len(VALUES))
 
@@ -370,81 +385,108 @@ class RetrievalNet(nn.Module):
         return self.readout(outputs[:, -1])
 
 
-def _check_tokens(tokens) -> None:
-    if not isinstance(tokens, torch.Tensor) or tokens.dtype != torch.long or tokens.dim() != 2:
-        got = tuple(tokens.shape) if isinstance(tokens, torch.Tensor) else type(tokens).__name__
-        raise ValueError(f"tokens must be a (B, T) tensor of token ids (torch.long); got {got}")
-    if tokens.numel() and (tokens.min() < 0 or tokens.max() >= len(VOCABULARY)):
-        raise ValueError(f"token ids must lie in [0, {len(VOCABULARY) - 1}]")
+def retrieval_accuracy(model: RetrievalNet, sequences: tuple[torch.Tensor, torch.Tensor]) -> float:
+    """Fraction of the sequences (tokens, answers) whose answer digit gets the largest logit."""
+    tokens, answers = _check_sequences("sequences", sequences)
+    with evaluating(model):
+        return accuracy(model(tokens), answers)
 
 
-@torch.no_grad()
-def retrieval_accuracy(model: RetrievalNet, tokens: torch.Tensor, answers: torch.Tensor) -> float:
-    """Fraction of sequences whose answer digit gets the largest logit."""
-    was_training = model.training
-    model.eval()
-    try:
-        return (model(tokens).argmax(-1) == answers).float().mean().item()
-    finally:
-        model.train(was_training)
-
-
-@torch.no_grad()
 def attention_at_query(model: RetrievalNet, tokens: torch.Tensor) -> torch.Tensor:
     """How the last step reads the memory: the weight of each earlier state h(1..T-1), (B, T-1).
 
-    At the last step the network has just read the query key. Its preliminary state h_0(T) is
+    At the last step the network has just read the query key. Its preliminary vector h_0(T) is
     the query of the first inner-loop read, A(T-1) h_0(T) = sum_tau weight_tau h(tau).
     """
     if not isinstance(model.core, FastWeightsRNN):
-        raise TypeError(f"attention_at_query needs a fast-weights core; got {model.kind!r}")
+        raise TypeError(
+            f"attention_at_query needs a fast-weights core; got {type(model.core).__name__}"
+        )
     _check_tokens(tokens)
     core = model.core
-    trace = core.trace(model.embedding(tokens))
-    return attention_weights(
-        trace.hidden[:, :-1], trace.preliminary[:, -1], core.decay, core.fast_lr
+    with evaluating(model):
+        trace = core.trace(model.embedding(tokens))
+        return attention_weights(
+            trace.hidden[:, :-1], trace.preliminary[:, -1], core.decay, core.fast_lr
+        )
+
+
+ROLES = ("queried key", "its value", "other keys", "other values", "'?' marks")
+
+
+def mean_weight_by_role(weights: torch.Tensor, tokens: torch.Tensor) -> dict[str, float]:
+    """The mean read weight (from `attention_at_query`) on the stored states of each role: the
+    queried key and its value, the other keys and values, and the two query marks.
+
+    weights is (B, T-1), tokens (B, T) with T = 2 n_pairs + 3.
+    """
+    batch, length = _check_tokens(tokens), tokens.shape[1]
+    checks.tensor("weights", weights, "(B, T)", B=batch, T=length - 1)
+    n_pairs = (length - 3) // 2
+    rows = torch.arange(batch)
+    key = 2 * (tokens[:, : 2 * n_pairs : 2] == tokens[:, -1:]).long().argmax(1)  # its position
+    pairs = weights[:, : 2 * n_pairs]
+    queried = torch.zeros_like(pairs, dtype=torch.bool)
+    queried[rows, key] = queried[rows, key + 1] = True
+    is_key = (torch.arange(2 * n_pairs) % 2 == 0).expand_as(pairs)
+    means = (
+        weights[rows, key],
+        weights[rows, key + 1],
+        pairs[~queried & is_key],
+        pairs[~queried & ~is_key],
+        weights[:, 2 * n_pairs :],
     )
+    return {role: values.mean().item() for role, values in zip(ROLES, means, strict=True)}
+
+
+@dataclass(frozen=True)
+class RetrievalRun:
+    """A trained network and the History of its training (loss and validation accuracy)."""
+
+    model: RetrievalNet
+    history: History
 
 
 def train_retrieval(
-    core: str,
-    test: tuple[torch.Tensor, torch.Tensor],
+    validation: tuple[torch.Tensor, torch.Tensor],
+    *,
+    seed: int,
     steps: int = 1000,
     batch_size: int = 128,
     lr: float = 1e-2,
     clip: float = 5.0,
     n_pairs: int = 4,
-    eval_every: int = 250,
-    seed: int = 0,
-    **fast_weight_settings,
-) -> tuple[RetrievalNet, dict[str, list[float]]]:
-    """Build a RetrievalNet with this core and train it with Adam on fresh batches of the task.
+    eval_every: int = 100,
+    **model_settings,
+) -> RetrievalRun:
+    """Build a RetrievalNet (`model_settings` choose the core) and train it with Adam on fresh
+    batches of the task, through papernotes.training.train.
 
-    The seed fixes the initial weights and the batches, so models trained with the same seed
-    see the same sequences in the same order. Returns the model and its history: the training
-    loss and the test accuracy every `eval_every` updates.
+    The seed fixes the initial weights and the batches (its own stream), so models trained with
+    the same seed see the same sequences in the same order. The history logs the training loss
+    and the accuracy on `validation` every `eval_every` updates.
     """
-    test_tokens, test_answers = test
-    if test_tokens.dim() != 2 or test_answers.shape != test_tokens.shape[:1]:
-        shapes = f"{tuple(test_tokens.shape)} and {tuple(test_answers.shape)}"
-        raise ValueError(f"test must be (tokens (N, T), answers (N,)); got {shapes}")
-    if not (isinstance(lr, numbers.Real) and lr > 0 and math.isfinite(lr)):
-        raise ValueError(f"lr must be a finite number > 0; got {lr}")
-    torch.manual_seed(seed)
-    model = RetrievalNet(core, **fast_weight_settings)
-    generator = torch.Generator().manual_seed(seed)
+    _check_sequences("validation", validation)
+    checks.number("lr", lr, 0.0, low_open=True)
+    n_pairs = checks.integer("n_pairs", n_pairs)
+    batch_size = checks.integer("batch_size", batch_size)
+    with seeded(seed):
+        model = RetrievalNet(**model_settings)
+    batches = generator(seed, BATCH_STREAM)
     optimizer = torch.optim.Adam(model.parameters(), lr=lr)
 
-    def step(i: int):
-        tokens, answers = retrieval_batch(batch_size, n_pairs, generator)
-        loss = F.cross_entropy(model(tokens), answers)
-        optimizer.zero_grad()
-        loss.backward()
-        nn.utils.clip_grad_norm_(model.parameters(), clip)
-        optimizer.step()
-        if (i + 1) % eval_every == 0:
-            accuracy = retrieval_accuracy(model, test_tokens, test_answers)
-            return {"loss": loss.item(), "test_accuracy": accuracy}
-        return None
+    def loss_of_update(i: int) -> torch.Tensor:
+        tokens, answers = retrieval_batch(batch_size, n_pairs, batches)
+        return F.cross_entropy(model(tokens), answers)
 
-    return model, fit(step, steps, desc=core)
+    history = train(
+        model,
+        optimizer,
+        loss_of_update,
+        steps,
+        evaluate=lambda: {"val_accuracy": retrieval_accuracy(model, validation)},
+        eval_every=eval_every,
+        clip=clip,
+        desc="associative retrieval",
+    )
+    return RetrievalRun(model, history)

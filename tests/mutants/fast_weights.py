@@ -1,0 +1,82 @@
+"""Broken fast-weight memories: each patches papernotes.fast_weights where the chapter's training
+goes through it (the attention form of the memory, `StateMemory`, and `FastWeightsRNN.step`), and
+the matrix form the same way wherever the bug has a matrix counterpart, so that the two forms
+still agree with each other and only the paper's equations can tell.
+"""
+
+import torch
+import torch.nn.functional as F
+
+from papernotes import fast_weights as m
+
+
+def memory_one_step_late():
+    """h(t+1) reads a memory that lacks h(t): each state is written one step late."""
+
+    def step(self, slow, memory):
+        preliminary = F.relu(slow)
+        h = preliminary
+        for _ in range(self.inner_steps):
+            fast = memory.read(h) if self.fast_lr > 0 else 0.0
+            h = F.relu(self.norm(slow + fast))
+        if self.fast_lr > 0:
+            late = getattr(memory, "late", None)
+            if late is not None:
+                memory.write(late)
+            memory.late = h
+        return h, preliminary
+
+    m.FastWeightsRNN.step = step
+
+
+def one_memory_for_the_whole_batch():
+    """Every sequence of a batch writes into and reads from one memory (A summed over the batch)."""
+
+    def fast_weight_update(A, h, decay, fast_lr):
+        return decay * A + fast_lr * (h.T @ h).expand_as(A)
+
+    def attention_readout(hs, query, decay, fast_lr):
+        ages = m.decay_weights(hs.shape[1], decay, fast_lr, hs.dtype)
+        shared = torch.einsum("t,bth,btk->hk", ages, hs, hs)  # every sequence's states in one A
+        return query @ shared
+
+    m.fast_weight_update = fast_weight_update
+    m.attention_readout = attention_readout
+
+
+def decay_on_the_new_outer_product():
+    """A(t) = A(t-1) + lambda * eta * h h^T: the decay scales the new outer product, so the old
+    memory never fades."""
+
+    def fast_weight_update(A, h, decay, fast_lr):
+        return torch.baddbmm(A, h.unsqueeze(2), h.unsqueeze(1), alpha=decay * fast_lr)
+
+    def decay_weights(t, decay, fast_lr, dtype):
+        return torch.full((t,), fast_lr * decay, dtype=dtype)
+
+    m.fast_weight_update = fast_weight_update
+    m.decay_weights = decay_weights
+
+
+def inner_loop_queries_with_the_slow_state():
+    """The inner loop reads A(t) with the slow drive W h(t) + C x(t) instead of h_s(t+1)."""
+
+    def step(self, slow, memory):
+        preliminary = F.relu(slow)
+        h = preliminary
+        for _ in range(self.inner_steps):
+            fast = memory.read(slow) if self.fast_lr > 0 else 0.0
+            h = F.relu(self.norm(slow + fast))
+        if self.fast_lr > 0:
+            memory.write(h)
+        return h, preliminary
+
+    m.FastWeightsRNN.step = step
+
+
+MUTANTS = [
+    memory_one_step_late,
+    one_memory_for_the_whole_batch,
+    decay_on_the_new_outer_product,
+    inner_loop_queries_with_the_slow_state,
+]
