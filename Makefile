@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: book test venv chromium lab refresh bench seeds mutants clean
+.PHONY: book test venv chromium lab stamp refresh bench seeds mutants clean
 
 ## book: set up .venv and build the HTML book into _build/html, executing every chapter
 ## (two at a time, one per core, into a fresh cache that the strict build then reads)
@@ -42,6 +42,10 @@ chromium:
 ## lab: JupyterLab on the chapters, knobs live (as root too, as in containers)
 lab: $(STAMP)
 	$(BIN)/jupyter lab $(if $(filter 0,$(shell id -u)),--allow-root) chapters/
+
+## stamp: write the README's links and CITATION.cff from _config.yml's repository.url
+stamp: $(STAMP)
+	$(BIN)/python tools/book.py
 
 ## refresh: re-execute chapters and save their outputs (CHAPTERS="chapters/x.ipynb" for some)
 refresh: $(STAMP)

@@ -56,3 +56,71 @@ def toc_files(root: Path = ROOT) -> list[str]:
 def chapter_files(root: Path = ROOT) -> list[Path]:
     """Every chapter notebook on disk."""
     return sorted((root / "chapters").glob("*.ipynb"))
+
+
+# -- what names the repository besides _config.yml: generated from it -----------------------------
+
+README_BLOCK = (
+    "<!-- repository links: written by `make stamp` from _config.yml -->",
+    "<!-- end -->",
+)
+
+README_LINKS = """\
+[![tests]({url}/actions/workflows/ci.yml/badge.svg)]({url}/actions/workflows/ci.yml)
+[![book]({url}/actions/workflows/book.yml/badge.svg)]({pages})
+[![Open in Colab](https://colab.research.google.com/assets/colab-badge.svg)](https://colab.research.google.com/github/{slug}/blob/{branch}/chapters/concrete.ipynb)
+
+**Read the book:** {pages} (published from `{branch}` by `.github/workflows/book.yml`).
+**Code:** {url}"""
+
+CITATION = """\
+# Written by `make stamp` from _config.yml (the repository's address lives there).
+cff-version: 1.2.0
+message: "If you use this book or its code, please cite it as below."
+type: software
+title: "papernotes: executable notes on machine-learning papers"
+authors:
+  - name: "The papernotes authors"
+license:
+  - MIT
+  - CC-BY-4.0
+repository-code: "{url}"
+url: "{pages}"
+keywords:
+  - machine learning
+  - reproducibility
+  - jupyter-book
+  - executable paper notes
+"""
+
+
+def repository_parts(root: Path = ROOT) -> dict[str, str]:
+    """The repository's address and what follows from it: owner/name, branch, the Pages URL."""
+    url = repository_url(root).rstrip("/")
+    owner, name = url.removeprefix("https://github.com/").split("/")[:2]
+    branch = config(root)["repository"].get("branch", "main")
+    pages = f"https://{owner.lower()}.github.io/{name}/"
+    return {"url": url, "slug": f"{owner}/{name}", "branch": branch, "pages": pages}
+
+
+def readme_links(root: Path = ROOT) -> str:
+    start, end = README_BLOCK
+    return f"{start}\n{README_LINKS.format(**repository_parts(root))}\n{end}"
+
+
+def citation(root: Path = ROOT) -> str:
+    return CITATION.format(**repository_parts(root))
+
+
+def stamp(root: Path = ROOT) -> None:
+    """Write the README's links block and CITATION.cff from _config.yml's repository.url."""
+    readme = (root / "README.md").read_text()
+    start, end = README_BLOCK
+    before, _, rest = readme.partition(start)
+    _, _, after = rest.partition(end)
+    (root / "README.md").write_text(before + readme_links(root) + after)
+    (root / "CITATION.cff").write_text(citation(root))
+
+
+if __name__ == "__main__":
+    stamp()
