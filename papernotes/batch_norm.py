@@ -22,11 +22,17 @@ Internal Covariate Shift* (arXiv:1502.03167). The module follows the paper's ord
    $m' = m \cdot p \cdot q$ values for a $p \times q$ feature map.
 
 3. **Inference (Algorithm 2).** A prediction should not depend on the other examples in its
-   batch, so eval mode uses population statistics instead of the batch's:
-   $\mathrm{E}[x]$ and the unbiased $\mathrm{Var}[x] = \frac{m}{m-1}\mathrm{E}_\mathcal{B}
-   [\sigma^2_\mathcal{B}]$. We keep them as running averages updated at every training step,
+   batch, so eval mode uses population statistics instead of the batch's, gathered over training
+   mini-batches $\mathcal{B}$ of size $m$ with the weights frozen:
+
+   $$\mathrm{E}[x] = \mathrm{E}_\mathcal{B}[\mu_\mathcal{B}], \qquad
+     \mathrm{Var}[x] = \frac{m}{m-1}\,\mathrm{E}_\mathcal{B}[\sigma^2_\mathcal{B}].$$
+
+   The layer keeps them as moving averages updated at every training step (the paper's
+   "moving averages", which let a model be evaluated while it trains),
    $r \leftarrow (1 - \text{momentum})\, r + \text{momentum} \cdot \text{batch value}$
-   (momentum weighs the *new* batch, PyTorch's convention).
+   (momentum weighs the *new* batch, PyTorch's convention); `population_statistics` computes
+   Algorithm 2's averages after training, to check the moving averages against.
 
 4. **One linear map at test time.** With fixed statistics BN is an affine map per feature,
 
@@ -39,19 +45,21 @@ Internal Covariate Shift* (arXiv:1502.03167). The module follows the paper's ord
    $z = g(\mathrm{BN}(Wu))$. The bias of $Wu + b$ is dropped because $\beta$ takes its place.
 
 6. **The paper's MNIST experiment** (Section 4.1): three hidden layers of 100 sigmoid units and
-   batch 60, with and without BN, here on the 8x8 digits.
+   batch 60, with and without BN, here on the 8x8 digits; and the paper's Figure 1 (b, c), the
+   15th, 50th and 85th percentiles of a last-layer sigmoid's input over training.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import copy
+from dataclasses import dataclass
 
 import torch
 from torch import nn
 
 from papernotes import checks
 from papernotes.data import Digits, minibatches
-from papernotes.training import accuracy, fit
+from papernotes.training import History, accuracy, generator, seeded, train
 
 # -- 1 and 2. Mini-batch statistics and the normalising transform -------------------------------
 
@@ -72,10 +80,11 @@ def values_per_feature(x: torch.Tensor) -> int:
 
 
 def batch_statistics(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per-feature mean and *biased* variance of a mini-batch, each of shape (C,).
+    r"""Per-feature mean and *biased* variance of a mini-batch (Algorithm 1), each of shape (C,).
 
-    mu_B = mean of x over the batch (and the pixels of a map);
-    sigma^2_B = mean of (x - mu_B)^2, dividing by m', not m' - 1 (Algorithm 1).
+    $\mu_\mathcal{B} = \frac{1}{m}\sum_i x_i$ and
+    $\sigma^2_\mathcal{B} = \frac{1}{m}\sum_i (x_i - \mu_\mathcal{B})^2$: divide by m', not
+    m' - 1. x is (N, C), or (N, C, H, W) with the pixels of a map pooled with the batch.
     """
     dims = _feature_dims(x)
     mean = x.mean(dim=dims)
@@ -87,8 +96,15 @@ def batch_statistics(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 def normalize(
     x: torch.Tensor, mean: torch.Tensor, variance: torch.Tensor, eps: float
 ) -> torch.Tensor:
-    """x_hat = (x - mean) / sqrt(variance + eps), with per-feature (C,) statistics."""
+    r"""$\hat{x} = (x - \mu) / \sqrt{\sigma^2 + \epsilon}$ (Algorithm 1), with per-feature (C,)
+    statistics: the batch's in training, the population's at inference."""
     return (x - _per_feature(mean, x)) * _per_feature(torch.rsqrt(variance + eps), x)
+
+
+def unbiased(variance: torch.Tensor, m: int) -> torch.Tensor:
+    r"""$\frac{m}{m-1}\sigma^2$: the unbiased estimate of a population variance from a batch's
+    biased variance over m values (Algorithm 2)."""
+    return variance * (m / (m - 1))
 
 
 # -- 3. The layer: batch statistics to train, population statistics to predict --------------------
@@ -107,8 +123,7 @@ class BatchNorm(nn.Module):
 
     def __init__(self, num_features: int, eps: float = 1e-5, momentum: float = 0.1):
         super().__init__()
-        checks.integer("num_features", num_features)
-        self.num_features = num_features
+        self.num_features = checks.integer("num_features", num_features)
         self.eps = checks.number("eps", eps, low=0.0, low_open=True)
         self.momentum = checks.number("momentum", momentum, low=0.0, low_open=True, high=1.0)
         self.gamma = nn.Parameter(torch.ones(num_features))
@@ -125,30 +140,18 @@ class BatchNorm(nn.Module):
         else:
             mean, variance = self.running_mean, self.running_var
         x_hat = normalize(x, mean, variance, self.eps)
-        # y = gamma * x_hat + beta, as one fused operation
-        return torch.addcmul(_per_feature(self.beta, x), x_hat, _per_feature(self.gamma, x))
+        return _per_feature(self.gamma, x) * x_hat + _per_feature(self.beta, x)  # y = γ x̂ + β
 
     @torch.no_grad()
     def _update_running_statistics(self, mean, variance, m: int) -> None:
-        # Population variance is estimated without bias: m / (m - 1) times the batch's.
-        unbiased = variance * (m / (m - 1))
+        # r <- (1 - momentum) r + momentum * (the batch's value); the variance unbiased.
         self.running_mean.lerp_(mean, self.momentum)
-        self.running_var.lerp_(unbiased, self.momentum)
+        self.running_var.lerp_(unbiased(variance, m), self.momentum)
 
     def _check_input(self, x: torch.Tensor) -> None:
-        if not isinstance(x, torch.Tensor) or not torch.is_floating_point(x):
-            got = x.dtype if isinstance(x, torch.Tensor) else type(x).__name__
-            raise TypeError(f"BatchNorm needs a floating-point tensor; got {got}")
-        if x.dim() not in (2, 4) or x.shape[1] != self.num_features:
-            raise ValueError(
-                f"BatchNorm({self.num_features}) needs input (N, {self.num_features}) or "
-                f"(N, {self.num_features}, H, W); got {tuple(x.shape)}"
-            )
-        if x.dtype != self.gamma.dtype:
-            raise TypeError(
-                f"BatchNorm's parameters are {self.gamma.dtype} but the input is {x.dtype}; "
-                "convert one of them (module.double() or x.float())"
-            )
+        maps = isinstance(x, torch.Tensor) and x.dim() == 4
+        shape = "(N, C, H, W)" if maps else "(N, C)"
+        checks.tensor("x", x, shape, dtype=self.gamma.dtype, C=self.num_features)
         if self.training and values_per_feature(x) < 2:
             raise ValueError(
                 "BatchNorm in train mode needs at least 2 values per feature to estimate a "
@@ -194,14 +197,16 @@ ACTIVATIONS = {"sigmoid": nn.Sigmoid, "relu": nn.ReLU}
 class MNISTNet(nn.Module):
     """The paper's Section 4.1 network: `n_layers` hidden layers of `hidden` units and a linear
     read-out to 10 classes. With batch_norm, each hidden layer is g(BN(Wu)) (no bias, beta
-    replaces it); without, g(Wu + b). Weights start as small Gaussians, N(0, init_std^2).
+    replaces it); without, g(Wu + b). Weights start as small Gaussians, N(0, init_std^2), and
+    biases at 0.
 
-    `sigmoid_inputs(x)` returns what enters each nonlinearity, the quantity of the paper's
+    `nonlinearity_inputs(x)` returns what enters each nonlinearity, the quantity of the paper's
     Figure 1 (b, c).
     """
 
     def __init__(
         self,
+        *,
         batch_norm: bool,
         activation: str = "sigmoid",
         n_inputs: int = 64,
@@ -213,25 +218,30 @@ class MNISTNet(nn.Module):
         super().__init__()
         if not isinstance(batch_norm, bool):
             raise TypeError(f"batch_norm must be True or False; got {batch_norm!r}")
-        if activation not in ACTIVATIONS:
-            raise ValueError(
-                f"activation must be one of {', '.join(ACTIVATIONS)}; got {activation!r}"
-            )
-        for name, value in [("n_inputs", n_inputs), ("hidden", hidden), ("n_layers", n_layers)]:
+        checks.one_of("activation", activation, tuple(ACTIVATIONS))
+        for name, value in [
+            ("n_inputs", n_inputs),
+            ("hidden", hidden),
+            ("n_layers", n_layers),
+            ("n_classes", n_classes),
+        ]:
             checks.integer(name, value)
         checks.number("init_std", init_std, low=0.0, low_open=True)
         self.batch_norm = batch_norm
-        widths = [n_inputs] + [hidden] * n_layers
+        widths = [n_inputs] + [hidden] * n_layers + [n_classes]
+        shapes = list(zip(widths[1:], widths[:-1], strict=True))  # (out, in) of each weight
+        # Drawn before any layer is built (building one draws its default initialisation, more
+        # of it with a bias), so the networks with and without BN start from the same weights.
+        weights = [torch.randn(shape) * init_std for shape in shapes]
         self.linears = nn.ModuleList(
-            nn.Linear(a, b, bias=not batch_norm)
-            for a, b in zip(widths[:-1], widths[1:], strict=True)
+            nn.Linear(n_in, n_out, bias=not batch_norm) for n_out, n_in in shapes[:-1]
         )
         self.norms = nn.ModuleList(BatchNorm(hidden) for _ in range(n_layers if batch_norm else 0))
         self.act = ACTIVATIONS[activation]()
         self.readout = nn.Linear(hidden, n_classes)
         with torch.no_grad():
-            for layer in [*self.linears, self.readout]:
-                layer.weight.normal_(0.0, init_std)
+            for layer, weight in zip([*self.linears, self.readout], weights, strict=True):
+                layer.weight.copy_(weight)
                 if layer.bias is not None:
                     layer.bias.zero_()
 
@@ -246,113 +256,165 @@ class MNISTNet(nn.Module):
             x = self.act(pre)
         return inputs
 
+    def logits(self, last_input: torch.Tensor) -> torch.Tensor:
+        """The read-out of the last hidden layer, from its nonlinearity's input."""
+        return self.readout(self.act(last_input))
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.readout(self.act(self.nonlinearity_inputs(x)[-1]))
+        return self.logits(self.nonlinearity_inputs(x)[-1])
 
 
-PERCENTILES = (0.15, 0.50, 0.85)
+PERCENTILES = (0.15, 0.50, 0.85)  # the paper's Figure 1 (b, c)
+
+
+def percentile_band(inputs: torch.Tensor) -> torch.Tensor:
+    """The 15th, 50th and 85th percentiles over examples of each unit's input (N, units) ->
+    (3, units)."""
+    return torch.quantile(inputs, torch.tensor(PERCENTILES, dtype=inputs.dtype), dim=0)
 
 
 @dataclass(frozen=True)
 class Run:
-    """One training run: test accuracy every `eval_every` steps, and the 15th/50th/85th
-    percentiles over the test set of each last-hidden-layer unit's nonlinearity input,
-    shape (evals, 3, hidden). `diverged` is True if the loss stopped being finite; `model` is
-    the network as training left it."""
+    """One training run: the network as training left it (in eval mode), its History (the
+    training loss, and the validation and test accuracy, every `eval_every` updates and after
+    the last), and the percentile bands of the last hidden layer's nonlinearity inputs over the
+    test set at each of those evaluations, shape (evaluations, 3, hidden)."""
 
-    steps: list[int]
-    test_accuracy: list[float]
-    band: torch.Tensor
-    diverged: bool
-    model: nn.Module | None = field(default=None, repr=False, compare=False)
-
-    @property
-    def final_accuracy(self) -> float:
-        return self.test_accuracy[-1]
-
-
-@torch.no_grad()
-def _evaluate(model: MNISTNet, x: torch.Tensor, y: torch.Tensor) -> tuple[float, torch.Tensor]:
-    model.eval()
-    inputs = model.nonlinearity_inputs(x)
-    logits = model.readout(model.act(inputs[-1]))
-    model.train()
-    band = torch.quantile(inputs[-1], torch.tensor(PERCENTILES, dtype=inputs[-1].dtype), dim=0)
-    return accuracy(logits, y), band
+    model: MNISTNet
+    history: History
+    bands: torch.Tensor
 
 
 def train_mnist_net(
     digits: Digits,
     lr: float,
+    *,
     batch_norm: bool,
     activation: str = "sigmoid",
-    steps: int = 1000,
+    seed: int,
+    steps: int = 800,
     batch_size: int = 60,
     eval_every: int = 50,
-    seed: int = 0,
 ) -> Run:
-    """Plain SGD on cross-entropy, as in the paper's MNIST experiment; evaluated in eval mode.
+    """Plain SGD on cross-entropy, as in the paper's MNIST experiment, through the book's loop.
 
-    A run whose loss turns inf or NaN stops updating (it has diverged) and is scored as it is.
+    The initial weights and the order of the batches follow `seed`, so runs of one seed with and
+    without BN start from the same weights and see the same batches. A run whose loss stops
+    being finite stops updating (`run.history.diverged`) and is scored as it stands.
     """
     checks.number("lr", lr, low=0.0, low_open=True)
     for name, value in [("steps", steps), ("batch_size", batch_size), ("eval_every", eval_every)]:
         checks.integer(name, value)
+    checks.integer("seed", seed, 0)
     if eval_every > steps:
         raise ValueError(f"eval_every ({eval_every}) must not exceed steps ({steps})")
-    torch.manual_seed(seed)
-    model = MNISTNet(batch_norm, activation, n_inputs=digits.n_pixels)
+    with seeded(seed):
+        model = MNISTNet(batch_norm=batch_norm, activation=activation, n_inputs=digits.n_pixels)
     optimizer = torch.optim.SGD(model.parameters(), lr=lr)
-    batches = minibatches(len(digits.train_x), batch_size, torch.Generator().manual_seed(seed))
+    batches = minibatches(len(digits.train_x), batch_size, generator(seed, stream=1))
     loss_fn = nn.CrossEntropyLoss()
-    diverged = False
     bands: list[torch.Tensor] = []
 
-    def step(i: int):
-        nonlocal diverged
-        if not diverged:
-            index = next(batches)
-            loss = loss_fn(model(digits.train_x[index]), digits.train_y[index])
-            diverged = not torch.isfinite(loss).item()
-            if not diverged:
-                optimizer.zero_grad()
-                loss.backward()
-                optimizer.step()
-        if (i + 1) % eval_every and i != steps - 1:
-            return None
-        acc, band = _evaluate(model, digits.test_x, digits.test_y)
-        bands.append(band)
-        return {"test_accuracy": acc}
+    def loss_of_update(_: int) -> torch.Tensor:
+        index = next(batches)
+        return loss_fn(model(digits.train_x[index]), digits.train_y[index])
+
+    def evaluate() -> dict[str, float]:
+        last_input = model.nonlinearity_inputs(digits.test_x)[-1]
+        bands.append(percentile_band(last_input))
+        return {
+            "val_accuracy": accuracy(model(digits.val_x), digits.val_y),
+            "test_accuracy": accuracy(model.logits(last_input), digits.test_y),
+        }
 
     name = f"{'BN' if batch_norm else 'no BN'}, {activation}, lr {lr:g}"
-    history = fit(step, steps, desc=name)
-    return Run(
-        steps=[int(s) for s in history["step"]],
-        test_accuracy=history["test_accuracy"],
-        band=torch.stack(bands),
-        diverged=diverged,
-        model=model.eval(),
-    )
+    history = train(model, optimizer, loss_of_update, steps, evaluate=evaluate,
+                    eval_every=eval_every, desc=name)  # fmt: skip
+    return Run(model, history, torch.stack(bands))
 
 
 # -- measuring the claims -----------------------------------------------------------------------
 
 
-def steps_to_reach(run: Run, target: float) -> int | None:
-    """The first evaluated step at which the test accuracy is at least `target` (None: never)."""
-    for step, acc in zip(run.steps, run.test_accuracy, strict=True):
-        if acc >= target:
-            return step
-    return None
-
-
-def band_drift(band: torch.Tensor) -> torch.Tensor:
+def band_drift(bands: torch.Tensor) -> torch.Tensor:
     """How far a unit's percentile band wanders over training: for each of the 15th, 50th and
     85th percentile, its range (max - min) over the evaluations, averaged over the three.
 
-    band: (evals, 3, units) -> (units,). A steady input distribution has a small drift.
+    bands: (evaluations, 3, units) -> (units,). A steady input distribution has a small drift.
     """
-    if band.dim() != 3 or band.shape[1] != len(PERCENTILES):
-        raise ValueError(f"band must have shape (evals, 3, units); got {tuple(band.shape)}")
-    spread = band.max(dim=0).values - band.min(dim=0).values
+    spread = bands.max(dim=0).values - bands.min(dim=0).values
     return spread.mean(dim=0)
+
+
+@dataclass(frozen=True)
+class Statistics:
+    """Per-feature mean and (unbiased) variance of the inputs of one BN layer, each (C,)."""
+
+    mean: torch.Tensor
+    variance: torch.Tensor
+
+
+@torch.no_grad()
+def population_statistics(
+    model: MNISTNet, x: torch.Tensor, batch_size: int, seed: int
+) -> tuple[list[Statistics], list[list[Statistics]]]:
+    r"""Algorithm 2's population statistics of every BN layer of a trained network.
+
+    One pass over `x` (the training set) in shuffled mini-batches of `batch_size`, the network
+    in training mode (each layer normalised with its batch's statistics, as in training) with its
+    weights frozen; for each BN layer $\mathrm{E}[x] = \mathrm{E}_\mathcal{B}[\mu_\mathcal{B}]$
+    and $\mathrm{Var}[x] = \frac{m}{m-1}\mathrm{E}_\mathcal{B}[\sigma^2_\mathcal{B}]$.
+
+    Returns the population statistics of each layer, and each layer's per-batch statistics
+    (mean and unbiased variance of every batch): what one batch alone would estimate.
+    """
+    checks.integer("batch_size", batch_size, 2)
+    probe = copy.deepcopy(model).train()  # a copy: its running statistics move, the model's not
+    seen: list[list[tuple[torch.Tensor, torch.Tensor]]] = [[] for _ in probe.norms]
+    hooks = [
+        bn.register_forward_pre_hook(lambda _, args, i=i: seen[i].append(batch_statistics(args[0])))
+        for i, bn in enumerate(probe.norms)
+    ]
+    batches = minibatches(len(x), batch_size, generator(seed, stream=2))
+    for _ in range(len(x) // batch_size):  # one epoch
+        probe(x[next(batches)])
+    for hook in hooks:
+        hook.remove()
+    population, per_batch = [], []
+    for layer in seen:
+        means = torch.stack([mean for mean, _ in layer])
+        variances = torch.stack([unbiased(variance, batch_size) for _, variance in layer])
+        population.append(Statistics(means.mean(0), variances.mean(0)))
+        per_batch.append([Statistics(m, v) for m, v in zip(means, variances, strict=True)])
+    return population, per_batch
+
+
+def normalisation_error(estimate: Statistics, population: Statistics, eps: float) -> float:
+    r"""How far normalising with `estimate` instead of `population` moves $\hat{x}$: the RMS over
+    the population of the difference, averaged over the features.
+
+    With $\hat{x}_p = (x - \mathrm{E}[x]) / \sigma_p$ of unit variance and
+    $\hat{x}_e = (x - \mu_e) / \sigma_e$ (each $\sigma = \sqrt{\mathrm{Var} + \epsilon}$),
+    $\hat{x}_e - \hat{x}_p = (\mathrm{E}[x] - \mu_e)/\sigma_e + (\sigma_p/\sigma_e - 1)\,
+    \hat{x}_p$, whose mean square is the sum of the two terms' squares.
+    """
+    sigma_e = torch.sqrt(estimate.variance + eps)
+    sigma_p = torch.sqrt(population.variance + eps)
+    shift = (population.mean - estimate.mean) / sigma_e
+    stretch = sigma_p / sigma_e - 1.0
+    return torch.sqrt(shift.square() + stretch.square()).mean().item()
+
+
+def running_statistics(model: MNISTNet) -> list[Statistics]:
+    """The running averages each BN layer of a network predicts with (copies)."""
+    return [Statistics(bn.running_mean.clone(), bn.running_var.clone()) for bn in model.norms]
+
+
+def with_statistics(model: MNISTNet, statistics: list[Statistics]) -> MNISTNet:
+    """A copy of a BN network (in eval mode) whose layers predict with the given statistics."""
+    copied = copy.deepcopy(model).eval()
+    with torch.no_grad():
+        for bn, stats in zip(copied.norms, statistics, strict=True):
+            bn.running_mean.copy_(stats.mean)
+            bn.running_var.copy_(stats.variance)
+    return copied

@@ -1,25 +1,23 @@
 """Unit tests of papernotes.batch_norm, in float64 with fixed seeds.
 
 The reference for the layer is torch.nn.BatchNorm1d / BatchNorm2d with the same hyper-parameters:
-outputs, gradients and running statistics must agree in train and in eval mode.
+outputs, gradients and running statistics must agree in train and in eval mode. Algorithm 2's
+population statistics are checked against a direct computation, and the training run against
+the book's loop.
 """
 
 import copy
-import math
 
 import pytest
 import torch
 from torch import nn
 
 import papernotes as pn
+from conftest import gen, randn
 from papernotes import batch_norm as bn_module
-from papernotes.batch_norm import BatchNorm, fold_into_linear
+from papernotes.batch_norm import BatchNorm, Statistics, fold_into_linear
 
 TOL = 1e-6
-
-
-def gen(seed=0):
-    return torch.Generator().manual_seed(seed)
 
 
 def batches(shape, n, seed=0):
@@ -219,11 +217,25 @@ def test_folding_uses_the_running_statistics_not_a_batch():
         assert (folded(x) - train_mode).abs().max() > 1e-3
 
 
+# -- Algorithm 1's helpers, which the BN-LSTM reuses ----------------------------------------------
+
+
+def test_batch_statistics_and_normalize_are_algorithm_1_on_2d_input():
+    x = randn(12, 4, seed=2, scale=3.0, shift=1.5)
+    mean, variance = bn_module.batch_statistics(x)
+    assert mean.shape == variance.shape == (4,)
+    assert torch.allclose(mean, x.mean(0), atol=1e-12)
+    assert torch.allclose(variance, x.var(0, correction=0), atol=1e-12)  # biased: divide by m
+    x_hat = bn_module.normalize(x, mean, variance, 1e-5)
+    assert torch.allclose(x_hat, (x - x.mean(0)) / torch.sqrt(x.var(0, correction=0) + 1e-5))
+    assert torch.allclose(bn_module.unbiased(variance, 12), x.var(0, correction=1), atol=1e-12)
+
+
 # -- the paper's MNIST network --------------------------------------------------------------------
 
 
 def test_the_mnist_network_has_the_papers_shape_and_bn_replaces_the_bias():
-    with_bn, without = bn_module.MNISTNet(True), bn_module.MNISTNet(False)
+    with_bn, without = bn_module.MNISTNet(batch_norm=True), bn_module.MNISTNet(batch_norm=False)
     for net in (with_bn, without):
         assert [(lin.in_features, lin.out_features) for lin in net.linears] == [
             (64, 100),
@@ -236,10 +248,23 @@ def test_the_mnist_network_has_the_papers_shape_and_bn_replaces_the_bias():
     assert all(lin.bias is not None for lin in without.linears) and len(without.norms) == 0
 
 
+def test_networks_of_one_seed_start_from_the_same_weights_with_and_without_bn():
+    nets = {}
+    for use_bn in (True, False):
+        with pn.seeded(3):
+            nets[use_bn] = bn_module.MNISTNet(batch_norm=use_bn, activation="relu")
+    for a, b in zip([*nets[True].linears, nets[True].readout],
+                    [*nets[False].linears, nets[False].readout], strict=True):  # fmt: skip
+        assert torch.equal(a.weight, b.weight)
+    with pn.seeded(4):
+        other = bn_module.MNISTNet(batch_norm=True)
+    assert not torch.equal(other.linears[0].weight, nets[True].linears[0].weight)
+
+
 def test_nonlinearity_inputs_are_bn_of_wu_and_feed_the_forward_pass():
-    torch.manual_seed(0)
-    net = bn_module.MNISTNet(True, "relu").double()
-    (x,) = batches((30, 64), 1)
+    with pn.seeded(0):
+        net = bn_module.MNISTNet(batch_norm=True, activation="relu").double()
+    x = randn(30, 64)
     inputs = net.nonlinearity_inputs(x)
     assert [tuple(t.shape) for t in inputs] == [(30, 100)] * 3
     # In train mode each is normalised over the batch (gamma = 1, beta = 0 at the start).
@@ -250,13 +275,20 @@ def test_nonlinearity_inputs_are_bn_of_wu_and_feed_the_forward_pass():
     assert torch.allclose(net(x), net.readout(torch.relu(net.nonlinearity_inputs(x)[-1])))
 
 
-def test_weights_start_as_small_gaussians():
-    torch.manual_seed(0)
-    net = bn_module.MNISTNet(False, hidden=400, init_std=0.1)
+def test_weights_start_as_small_gaussians_and_biases_at_zero():
+    with pn.seeded(0):
+        net = bn_module.MNISTNet(batch_norm=False, hidden=400, init_std=0.1)
     weight = net.linears[1].weight
     assert weight.mean().item() == pytest.approx(0.0, abs=0.002)
     assert weight.std().item() == pytest.approx(0.1, rel=0.01)
     assert torch.equal(net.linears[1].bias, torch.zeros(400))
+
+
+def test_percentile_band_is_the_15th_50th_and_85th_percentile_per_unit():
+    inputs = torch.arange(101.0).unsqueeze(1) * torch.tensor([1.0, -2.0])  # (101, 2)
+    band = bn_module.percentile_band(inputs)
+    expected = torch.tensor([[15.0, -170.0], [50.0, -100.0], [85.0, -30.0]])
+    assert torch.allclose(band, expected, atol=1e-4)
 
 
 @pytest.fixture(scope="module")
@@ -264,52 +296,48 @@ def digits():
     return pn.load_digits_split()
 
 
-def test_training_is_deterministic_and_records_the_percentile_band(digits):
-    runs = [bn_module.train_mnist_net(digits, 1.0, True, steps=60, eval_every=20) for _ in range(2)]
-    assert runs[0].steps == [20, 40, 60]
-    assert runs[0].test_accuracy == runs[1].test_accuracy
-    assert torch.equal(runs[0].band, runs[1].band)
-    assert runs[0].band.shape == (3, 3, 100)
-    assert (runs[0].band[:, 0] <= runs[0].band[:, 1]).all()
-    assert (runs[0].band[:, 1] <= runs[0].band[:, 2]).all()
-    assert not runs[0].diverged
+def test_training_is_deterministic_per_seed_and_records_history_and_bands(digits):
+    runs = [
+        bn_module.train_mnist_net(digits, 1.0, batch_norm=True, seed=s, steps=60, eval_every=20)
+        for s in (0, 0, 1)
+    ]
+    history = runs[0].history
+    assert isinstance(history, pn.History) and history.steps == [20, 40, 60]
+    assert set(history.metrics) == {"loss", "val_accuracy", "test_accuracy"}
+    assert history["test_accuracy"] == runs[1].history["test_accuracy"]
+    assert torch.equal(runs[0].bands, runs[1].bands)
+    assert history["loss"] != runs[2].history["loss"]  # another seed, other weights and batches
+    assert runs[0].bands.shape == (3, 3, 100)
+    assert (runs[0].bands[:, 0] <= runs[0].bands[:, 1]).all()
+    assert (runs[0].bands[:, 1] <= runs[0].bands[:, 2]).all()
+    assert not history.diverged and not runs[0].model.training
 
 
-def test_the_last_step_is_always_evaluated(digits):
-    run = bn_module.train_mnist_net(digits, 1.0, False, steps=50, eval_every=20)
-    assert run.steps == [20, 40, 50]
+def test_the_recorded_accuracy_and_band_are_the_eval_mode_networks(digits):
+    run = bn_module.train_mnist_net(digits, 1.0, batch_norm=True, seed=0, steps=30, eval_every=30)
+    with pn.evaluating(run.model):
+        inputs = run.model.nonlinearity_inputs(digits.test_x)
+        accuracy = pn.accuracy(run.model.logits(inputs[-1]), digits.test_y)
+        val_accuracy = pn.accuracy(run.model(digits.val_x), digits.val_y)
+    assert run.history.final("test_accuracy") == accuracy
+    assert run.history.final("val_accuracy") == val_accuracy
+    assert torch.equal(run.bands[-1], bn_module.percentile_band(inputs[-1]))
 
 
 def test_a_bn_network_learns_the_digits(digits):
-    run = bn_module.train_mnist_net(digits, 3.0, True, steps=200, eval_every=100)
-    assert run.final_accuracy > 0.85
+    run = bn_module.train_mnist_net(digits, 3.0, batch_norm=True, seed=0, steps=200, eval_every=100)
+    assert run.history.final("val_accuracy") > 0.85
 
 
 def test_a_diverging_run_is_flagged_and_stops(digits):
-    run = bn_module.train_mnist_net(digits, 1e4, False, "relu", steps=40, eval_every=20)
-    assert run.diverged
-    assert len(run.test_accuracy) == 2
+    run = bn_module.train_mnist_net(
+        digits, 1e4, batch_norm=False, activation="relu", seed=0, steps=40, eval_every=20
+    )
+    assert run.history.diverged
+    assert run.history.steps == [20, 40]
 
 
 # -- the measurements behind the claims ------------------------------------------------------------
-
-
-def make_run(accuracies, every=10):
-    n = len(accuracies)
-    return bn_module.Run(
-        steps=[every * (i + 1) for i in range(n)],
-        test_accuracy=list(accuracies),
-        band=torch.zeros(n, 3, 1),
-        diverged=False,
-    )
-
-
-def test_steps_to_reach_is_the_first_evaluation_at_or_above_the_target():
-    run = make_run([0.1, 0.5, 0.9, 0.8, 0.95])
-    assert bn_module.steps_to_reach(run, 0.9) == 30
-    assert bn_module.steps_to_reach(run, 0.95) == 50
-    assert bn_module.steps_to_reach(run, 0.05) == 10
-    assert bn_module.steps_to_reach(run, 0.99) is None
 
 
 def test_band_drift_is_the_mean_range_of_the_three_percentiles():
@@ -325,50 +353,91 @@ def test_band_drift_is_the_mean_range_of_the_three_percentiles():
     assert drift.tolist() == pytest.approx([(2.0 + 2.0 + 4.0) / 3, 0.0])
 
 
-# -- bad input ----------------------------------------------------------------------------------
+def trained_bn_net(digits, steps=40):
+    return bn_module.train_mnist_net(
+        digits, 1.0, batch_norm=True, seed=0, steps=steps, eval_every=steps
+    ).model
+
+
+def test_population_statistics_are_algorithm_2_over_one_epoch(digits):
+    net = trained_bn_net(digits)
+    before = [bn.running_mean.clone() for bn in net.norms]
+    population, per_batch = bn_module.population_statistics(net, digits.train_x, 60, seed=5)
+    assert all(torch.equal(bn.running_mean, b) for bn, b in zip(net.norms, before, strict=True))
+    assert len(population) == len(per_batch) == 3
+    assert len(per_batch[0]) == len(digits.train_x) // 60 == 17
+    # The first layer's input does not depend on the layers above it: check it directly, over
+    # the same 17 batches (the generator's stream 2 of the seed).
+    batches = pn.minibatches(len(digits.train_x), 60, pn.generator(5, stream=2))
+    order = torch.cat([next(batches) for _ in range(17)])
+    with torch.no_grad():
+        x = net.linears[0](digits.train_x[order]).reshape(17, 60, 100)
+    assert torch.allclose(population[0].mean, x.mean(1).mean(0), atol=1e-5)
+    expected_var = x.var(1, correction=0).mean(0) * 60 / 59
+    assert torch.allclose(population[0].variance, expected_var, rtol=1e-4)
+    assert torch.allclose(per_batch[0][3].mean, x[3].mean(0), atol=1e-5)
+    assert torch.allclose(per_batch[0][3].variance, x[3].var(0, correction=1), rtol=1e-4)
+
+
+def test_normalisation_error_is_the_rms_error_in_x_hat():
+    population = Statistics(torch.tensor([0.0, 1.0]), torch.tensor([4.0, 1.0]))
+    assert bn_module.normalisation_error(population, population, 0.0) == 0.0
+    # Feature 0: mean off by one sigma_e (= 2), sigma right; feature 1: sigma_e = 2 sigma_p.
+    estimate = Statistics(torch.tensor([-2.0, 1.0]), torch.tensor([4.0, 4.0]))
+    assert bn_module.normalisation_error(estimate, population, 0.0) == pytest.approx(
+        (1.0 + 0.5) / 2
+    )
+    # And it is the RMS difference of the two normalisations over samples of the population.
+    z = torch.randn(200_000, generator=gen(1), dtype=torch.float64)
+    x = 3.0 + 2.0 * z
+    x_hat_e = (x - 2.0) / 2.5
+    rms = (x_hat_e - z).square().mean().sqrt().item()
+    one = Statistics(torch.tensor([2.0]), torch.tensor([6.25]))
+    truth = Statistics(torch.tensor([3.0]), torch.tensor([4.0]))
+    assert bn_module.normalisation_error(one, truth, 0.0) == pytest.approx(rms, rel=0.01)
+
+
+def test_with_statistics_swaps_the_buffers_of_a_copy(digits):
+    net = trained_bn_net(digits)
+    running = bn_module.running_statistics(net)
+    stats = [Statistics(torch.full((100,), 0.5), torch.full((100,), 2.0)) for _ in net.norms]
+    swapped = bn_module.with_statistics(net, stats)
+    assert not swapped.training
+    assert torch.equal(swapped.norms[1].running_var, torch.full((100,), 2.0))
+    assert torch.equal(net.norms[1].running_var, running[1].variance)  # the original is untouched
+    running[1].variance.add_(1.0)  # running_statistics hands out copies
+    assert not torch.equal(net.norms[1].running_var, running[1].variance)
+
+
+# -- bad input: one rejection test per entry point ------------------------------------------------
+
+
+def test_the_layer_rejects_bad_hyper_parameters():
+    with pytest.raises(ValueError, match="num_features"):
+        BatchNorm(0)
+    with pytest.raises(TypeError, match="num_features"):
+        BatchNorm(2.5)
+    with pytest.raises(ValueError, match="eps"):
+        BatchNorm(3, eps=0.0)
+    with pytest.raises(ValueError, match="momentum"):
+        BatchNorm(3, momentum=1.5)
 
 
 @pytest.mark.parametrize(
-    ("num_features", "error"),
-    [(0, ValueError), (-3, ValueError), (2.5, TypeError), (True, TypeError), ("4", TypeError)],
+    ("x", "error", "message"),
+    [
+        (torch.zeros(4, 2), ValueError, r"\(N, C\) with C = 3"),
+        (torch.zeros(4, 3, 2), ValueError, r"\(N, C\)"),
+        (torch.zeros(4, 5, 2, 2), ValueError, r"\(N, C, H, W\) with C = 3"),
+        (torch.zeros(4, 3, dtype=torch.long), TypeError, "float32"),
+        (torch.zeros(4, 3, dtype=torch.float64), TypeError, "float32"),
+        ([[0.0, 1.0, 2.0]], TypeError, "tensor"),
+    ],
+    ids=["features", "3-d", "channels", "long", "float64", "list"],
 )
-def test_bad_num_features_is_rejected(num_features, error):
-    with pytest.raises(error, match="num_features"):
-        BatchNorm(num_features)
-
-
-@pytest.mark.parametrize("eps", [0.0, -1e-5, math.nan, math.inf])
-def test_bad_eps_is_rejected(eps):
-    with pytest.raises(ValueError, match="eps"):
-        BatchNorm(3, eps=eps)
-
-
-@pytest.mark.parametrize("momentum", [0.0, -0.1, 1.5, math.nan])
-def test_bad_momentum_is_rejected(momentum):
-    with pytest.raises(ValueError, match="momentum"):
-        BatchNorm(3, momentum=momentum)
-
-
-def test_non_numeric_hyper_parameters_are_type_errors():
-    with pytest.raises(TypeError, match="eps"):
-        BatchNorm(3, eps="small")
-    with pytest.raises(TypeError, match="momentum"):
-        BatchNorm(3, momentum=None)
-
-
-@pytest.mark.parametrize("shape", [(5,), (4, 3, 2), (4, 3, 2, 2, 2), (4, 2), (4, 5, 2, 2)], ids=str)
-def test_wrong_input_shapes_are_rejected(shape):
-    with pytest.raises(ValueError, match=r"\(N, 3\)"):
-        BatchNorm(3)(torch.zeros(shape))
-
-
-def test_non_float_or_mismatched_inputs_are_type_errors():
-    with pytest.raises(TypeError, match="floating-point"):
-        BatchNorm(3)(torch.zeros(4, 3, dtype=torch.long))
-    with pytest.raises(TypeError, match="floating-point"):
-        BatchNorm(3)([[0.0, 1.0, 2.0]])
-    with pytest.raises(TypeError, match="float64"):
-        BatchNorm(3)(torch.zeros(4, 3, dtype=torch.float64))
+def test_the_layer_rejects_bad_input(x, error, message):
+    with pytest.raises(error, match=message):
+        BatchNorm(3)(x)
 
 
 def test_one_value_per_feature_cannot_train_but_can_predict():
@@ -391,25 +460,21 @@ def test_fold_into_linear_rejects_the_wrong_layers():
         fold_into_linear(linear, BatchNorm(5).double())
 
 
-def test_bad_network_and_training_settings_are_rejected(digits):
+def test_the_network_rejects_bad_settings():
     with pytest.raises(ValueError, match="activation"):
-        bn_module.MNISTNet(True, "tanh")
+        bn_module.MNISTNet(batch_norm=True, activation="tanh")
     with pytest.raises(TypeError, match="batch_norm"):
-        bn_module.MNISTNet(1)
+        bn_module.MNISTNet(batch_norm=1)
     with pytest.raises(ValueError, match="hidden"):
-        bn_module.MNISTNet(True, hidden=0)
-    with pytest.raises(ValueError, match="init_std"):
-        bn_module.MNISTNet(True, init_std=0.0)
+        bn_module.MNISTNet(batch_norm=True, hidden=0)
+
+
+def test_train_mnist_net_rejects_bad_settings(digits):
     with pytest.raises(ValueError, match="lr"):
-        bn_module.train_mnist_net(digits, 0.0, True)
-    with pytest.raises(ValueError, match="lr"):
-        bn_module.train_mnist_net(digits, math.inf, True)
+        bn_module.train_mnist_net(digits, 0.0, batch_norm=True, seed=0)
     with pytest.raises(ValueError, match="eval_every"):
-        bn_module.train_mnist_net(digits, 1.0, True, steps=10, eval_every=20)
-    with pytest.raises(ValueError, match="steps"):
-        bn_module.train_mnist_net(digits, 1.0, True, steps=0)
-
-
-def test_band_drift_rejects_the_wrong_shape():
-    with pytest.raises(ValueError, match=r"\(evals, 3, units\)"):
-        bn_module.band_drift(torch.zeros(4, 2, 5))
+        bn_module.train_mnist_net(digits, 1.0, batch_norm=True, seed=0, steps=10, eval_every=20)
+    with pytest.raises(ValueError, match="seed"):
+        bn_module.train_mnist_net(digits, 1.0, batch_norm=True, seed=-1)
+    with pytest.raises(TypeError):
+        bn_module.train_mnist_net(digits, 1.0, batch_norm=True)  # the seed is the chapter's
