@@ -1,0 +1,265 @@
+"""Unit tests of papernotes.jsma: hand-made Jacobians and linear models whose attack can be
+followed by hand, torch's own Jacobian, and the attack's guarantees on a trained network."""
+
+import itertools
+
+import pytest
+import torch
+from torch import nn
+
+from conftest import gen, randn
+from papernotes import jsma
+from papernotes.data import load_digits_split
+
+
+def linear(weight, bias=None) -> nn.Linear:
+    """A linear model with the given weights (classes, features), in float64."""
+    weight = torch.as_tensor(weight, dtype=torch.float64)
+    layer = nn.Linear(weight.shape[1], weight.shape[0], dtype=torch.float64)
+    with torch.no_grad():
+        layer.weight.copy_(weight)
+        layer.bias.copy_(torch.zeros(weight.shape[0]) if bias is None else torch.as_tensor(bias))
+    return layer
+
+
+@pytest.fixture(scope="module")
+def trained():
+    """A small MLP trained briefly on the digits, with 30 test digits and a target for each."""
+    digits = load_digits_split()
+    model = jsma.train_classifier(digits, steps=300, seed=0).model
+    x = digits.test_x[:30]
+    with torch.no_grad():
+        source = model(x).argmax(1)
+    return model, x, (source + 1 + torch.arange(30) % 9) % 10
+
+
+# -- the forward derivative -----------------------------------------------------------------------
+
+
+def test_forward_derivative_of_a_linear_model_is_its_weight_matrix():
+    weight = randn(3, 5, seed=1)
+    jacobian = jsma.forward_derivative(linear(weight), randn(4, 5, seed=2))
+    assert jacobian.shape == (4, 3, 5)
+    assert torch.allclose(jacobian, weight.expand(4, -1, -1))
+
+
+def test_forward_derivative_matches_torchs_jacobian_row_by_row():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(6, 8), nn.Tanh(), nn.Linear(8, 4)).double()
+    x = randn(3, 6, seed=3)
+    jacobian = jsma.forward_derivative(model, x)
+    for i in range(3):
+        expected = torch.autograd.functional.jacobian(model, x[i])
+        assert torch.allclose(jacobian[i], expected)
+
+
+def test_forward_derivative_rejects_an_unflattened_batch():
+    with pytest.raises(ValueError, match="x must have shape"):
+        jsma.forward_derivative(linear(randn(3, 5)), randn(2, 1, 5))
+
+
+# -- the saliency map -----------------------------------------------------------------------------
+
+
+# One example, three classes, four features; the target is class 0. Column by column:
+#   dF_0/dx:            1    -1     2    0.5
+#   sum_{j!=0} dF_j/dx: -2   -1     1   -0.5
+HAND = torch.tensor([[[1.0, -1.0, 2.0, 0.5], [-1.0, 0.0, 0.5, -1.0], [-1.0, -1.0, 0.5, 0.5]]])
+
+
+def test_increasing_saliency_keeps_features_that_raise_the_target_and_lower_the_rest():
+    # feature 1: the target's derivative is negative; feature 2: the others rise too.
+    s = jsma.saliency_map(HAND, torch.tensor([0]), increase=True)
+    assert torch.equal(s, torch.tensor([[1.0 * 2.0, 0.0, 0.0, 0.5 * 0.5]]))
+
+
+def test_decreasing_saliency_turns_both_conditions_over():
+    # Decreasing x_i helps when dF_t/dx_i < 0 and the others' sum is > 0: no feature of HAND.
+    assert torch.equal(
+        jsma.saliency_map(HAND, torch.tensor([0]), increase=False), torch.zeros(1, 4)
+    )
+    flipped = torch.tensor([[[-1.0, 3.0], [0.5, -1.0], [1.0, 0.5]]])  # others' sums: 1.5, -0.5
+    s = jsma.saliency_map(flipped, torch.tensor([0]), increase=False)
+    assert torch.equal(s, torch.tensor([[1.0 * 1.5, 0.0]]))
+
+
+def test_saliency_map_rejects_a_target_out_of_range():
+    with pytest.raises(ValueError, match="target must hold class indices"):
+        jsma.saliency_map(HAND, torch.tensor([3]))
+
+
+def test_pair_search_takes_the_best_admissible_pair_like_brute_force():
+    for seed in range(5):
+        jacobian = randn(1, 4, 7, seed=seed)
+        target = torch.tensor([seed % 4])
+        domain = torch.rand(1, 7, generator=gen(seed)) < 0.8
+        for increase in (True, False):
+            chosen, found = jsma.choose_features(jacobian, target, domain, increase)
+            a, b = jsma.target_and_others(jacobian, target)
+            best, pair = 0.0, None
+            for p, q in itertools.combinations(domain[0].nonzero().squeeze(1).tolist(), 2):
+                alpha, beta = (a[0, p] + a[0, q]).item(), (b[0, p] + b[0, q]).item()
+                ok = alpha > 0 and beta < 0 if increase else alpha < 0 and beta > 0
+                if ok and -alpha * beta > best:
+                    best, pair = -alpha * beta, {p, q}
+            assert found.item() == (pair is not None)
+            assert set(chosen[0].nonzero().squeeze(1).tolist()) == (pair or set())
+
+
+# -- the attack on hand-made linear models --------------------------------------------------------
+
+# Two classes, four features. Class 1 (the target) gains 3, 1, 1, 0 per unit of each feature;
+# class 0 loses as much and starts with a bias of 9.5. From x = (1, 0, 0, 0) the logits are
+# (6.5, 3): class 0. Feature 0 has the largest pull but is already at 1, outside the search
+# domain; raising features 1 and 2 gives (4.5, 5): class 1, in one pair (a 50% budget).
+PULL = [[-3.0, -1.0, -1.0, 0.0], [3.0, 1.0, 1.0, 0.0]]
+SATURATED = torch.tensor([[1.0, 0.0, 0.0, 0.0]], dtype=torch.float64)
+
+
+def test_one_pair_reaches_the_target_skipping_the_saturated_feature():
+    model = linear(PULL, [9.5, 0.0])
+    attack = jsma.jsma(model, SATURATED, 1, theta=1.0, max_distortion=0.5)
+    assert attack.success.item()
+    assert torch.equal(attack.x_adv, torch.tensor([[1.0, 1.0, 1.0, 0.0]], dtype=torch.float64))
+    assert attack.changed.item() == 0.5
+
+
+def test_decreasing_features_follows_the_mirror_image():
+    # Mirror of the case above: lowering features 1 and 2 from 1 to 0; feature 0 is already 0.
+    model = linear([[3.0, 1.0, 1.0, 0.0], [-3.0, -1.0, -1.0, 0.0]], [3.5, 5.0])
+    x = torch.tensor([[0.0, 1.0, 1.0, 1.0]], dtype=torch.float64)  # logits (5.5, 3): class 0
+    attack = jsma.jsma(model, x, 1, theta=-1.0, max_distortion=0.5)
+    assert attack.success.item()
+    assert torch.equal(attack.x_adv, torch.tensor([[0.0, 0.0, 0.0, 1.0]], dtype=torch.float64))
+
+
+def test_the_attack_stops_when_no_pair_passes_the_conditions():
+    # Every feature raises both classes alike: no pair has beta < 0, so nothing changes.
+    model = linear([[1.0, 1.0, 1.0], [1.0, 1.0, 1.0]], [1.0, 0.0])
+    attack = jsma.jsma(model, torch.zeros(1, 3, dtype=torch.float64), 1, max_distortion=1.0)
+    assert not attack.success.item() and attack.changed.item() == 0.0
+
+
+def test_single_features_change_one_feature_a_step_within_the_same_budget():
+    model = linear(PULL, [9.5, 0.0])
+    # Budget 1/4: one single feature (feature 1, the best of the domain): not enough.
+    one = jsma.jsma(model, SATURATED, 1, max_distortion=0.25, pairs=False)
+    assert torch.equal(one.x_adv, torch.tensor([[1.0, 1.0, 0.0, 0.0]], dtype=torch.float64))
+    two = jsma.jsma(model, SATURATED, 1, max_distortion=0.5, pairs=False)
+    assert two.success.item() and two.changed.item() == 0.5
+
+
+def test_the_budget_is_floor_of_m_upsilon_over_two_pairs():
+    assert jsma.max_iterations(64, 0.5) == 16
+    assert jsma.max_iterations(64, 0.145) == 4  # 9.28 features: 4 pairs
+    assert jsma.max_iterations(784, 0.145) == 56
+    assert jsma.max_iterations(64, 0.145, per_step=1) == 9
+
+
+# -- the attack's guarantees on a trained network -------------------------------------------------
+
+
+@pytest.mark.parametrize("theta", [1.0, -1.0, 0.4])
+def test_the_attack_keeps_its_budget_direction_and_clip(trained, theta):
+    model, x, target = trained
+    clip = (0.0, 0.9)
+    x = x.clamp(*clip)
+    attack = jsma.jsma(model, x, target, theta=theta, max_distortion=0.2, clip=clip)
+    assert (attack.changed <= 0.2).all()
+    assert (attack.changed * 64 <= 2 * jsma.max_iterations(64, 0.2)).all()
+    step = attack.x_adv - x
+    assert (step >= 0).all() if theta > 0 else (step <= 0).all()
+    assert ((attack.x_adv >= clip[0]) & (attack.x_adv <= clip[1])).all()
+    assert torch.equal(attack.changed, (attack.x_adv != x).float().mean(-1))
+
+
+@pytest.mark.parametrize("theta", [1.0, -1.0])
+def test_every_success_is_classified_as_its_target(trained, theta):
+    model, x, target = trained
+    attack = jsma.jsma(model, x, target, theta=theta, max_distortion=0.5)
+    with torch.no_grad():
+        predicted = model(attack.x_adv).argmax(1)
+    assert torch.equal(attack.success, predicted == target)
+    assert attack.success.float().mean() > 0.5 if theta > 0 else attack.success.any()
+
+
+@pytest.mark.parametrize("theta", [1.0, -1.0])
+def test_a_smaller_budget_is_the_first_steps_of_a_larger_one(trained, theta):
+    model, x, target = trained
+    large = jsma.jsma(model, x, target, theta=theta, max_distortion=0.5)
+    small = jsma.jsma(model, x, target, theta=theta, max_distortion=0.1)
+    assert torch.equal(jsma.success_within(large, 0.1), small.success)
+    rnd = [
+        jsma.random_pairs(model, x, target, theta, budget, generator=gen(4))
+        for budget in (0.5, 0.1)
+    ]
+    assert torch.equal(jsma.success_within(rnd[0], 0.1), rnd[1].success)
+
+
+def test_random_pairs_keep_the_same_budget_and_follow_their_generator(trained):
+    model, x, target = trained
+    one, two = (jsma.random_pairs(model, x, target, 1.0, 0.25, generator=gen(7)) for _ in "ab")
+    assert torch.equal(one.x_adv, two.x_adv)
+    other = jsma.random_pairs(model, x, target, 1.0, 0.25, generator=gen(8))
+    assert not torch.equal(one.x_adv, other.x_adv)
+    assert (one.changed <= 0.25).all() and (one.x_adv >= x).all()
+    with torch.no_grad():
+        assert torch.equal(one.success, model(one.x_adv).argmax(1) == target)
+
+
+def test_the_saliency_attack_beats_random_pairs(trained):
+    model, x, target = trained
+    ours = jsma.jsma(model, x, target, max_distortion=0.25).success.float().mean()
+    rnd = jsma.random_pairs(model, x, target, 1.0, 0.25, generator=gen(1)).success.float().mean()
+    assert ours > rnd + 0.3
+
+
+def test_attack_arguments_are_checked(trained):
+    model, x, target = trained
+    with pytest.raises(ValueError, match="theta must be non-zero"):
+        jsma.jsma(model, x, target, theta=0.0)
+    with pytest.raises(ValueError, match="max_distortion"):
+        jsma.jsma(model, x, target, max_distortion=1.5)
+    with pytest.raises(ValueError, match="x must lie inside clip"):
+        jsma.jsma(model, x, target, clip=(0.0, 0.5))
+    with pytest.raises(ValueError, match="target must have shape"):
+        jsma.jsma(model, x, target[:3])
+    with pytest.raises(TypeError, match="generator"):
+        jsma.random_pairs(model, x, target, generator=0)
+
+
+# -- hardness, adversarial distance, robustness ---------------------------------------------------
+
+
+def test_adversarial_distance_counts_the_features_with_a_useful_saliency():
+    # Linear model, target 1: dF_1/dx = (2, -1, 1, 1), others' sum dF_0/dx = (-1, -1, 1, -3):
+    # features 0 and 3 pass both conditions, so A = 1 - 2/4.
+    model = linear([[-1.0, -1.0, 1.0, -3.0], [2.0, -1.0, 1.0, 1.0]])
+    distance = jsma.adversarial_distance(model, randn(3, 4, seed=5), 1)
+    assert torch.allclose(distance, torch.full((3,), 0.5, dtype=torch.float64))
+    with pytest.raises(ValueError, match="target must hold class indices"):
+        jsma.adversarial_distance(model, randn(3, 4), 2)
+
+
+def test_hardness_is_the_trapezoid_under_distortion_against_success():
+    # (tau, eps): (0, -), (0.5, 0.1), (1.0, 0.3): the area from 0.5 to 1 is 0.5 * 0.2.
+    assert jsma.hardness([0.0, 0.5, 1.0], [0.0, 0.1, 0.3]) == pytest.approx(0.1)
+    assert jsma.hardness([0.2, 0.2], [0.1, 0.4]) == 0.0
+    with pytest.raises(ValueError, match="not decrease"):
+        jsma.hardness([0.5, 0.4], [0.1, 0.1])
+
+
+def test_robustness_is_the_smallest_mean_distance_over_targets():
+    distances = torch.tensor([0.9, 0.5, 0.7, 0.7, 0.3, 0.9])
+    target = torch.tensor([0, 1, 2, 0, 1, 2])
+    assert jsma.robustness(distances, target) == pytest.approx(0.4)
+    with pytest.raises(ValueError, match="target must have shape"):
+        jsma.robustness(distances, target[:4])
+
+
+def test_the_classifier_learns_and_rejects_a_bad_learning_rate():
+    digits = load_digits_split()
+    run = jsma.train_classifier(digits, steps=200, seed=1)
+    assert run.history.final("val_accuracy") > 0.9
+    with pytest.raises(ValueError, match="lr"):
+        jsma.train_classifier(digits, lr=0.0, seed=0)
