@@ -97,34 +97,33 @@ def gumbel_max(logits: torch.Tensor, generator: torch.Generator | None = None) -
 
 
 def one_hot_argmax(scores: torch.Tensor) -> torch.Tensor:
+    """The one-hot vector of each row's largest score, shape (..., K), in the scores' dtype."""
     return F.one_hot(scores.argmax(dim=-1), scores.shape[-1]).to(scores.dtype)
 
 
-def chi_square_p_value(counts: torch.Tensor, probs: torch.Tensor) -> float:
-    """p-value of Pearson's chi-square test that `counts` (K,) were drawn with `probs` (K,).
-
-    X^2 = sum_k (n_k - N p_k)^2 / (N p_k), compared with a chi-square law of K-1 degrees of
-    freedom: p = Q((K-1)/2, X^2/2), the regularised upper incomplete gamma function.
-    """
+def chi_square_statistic(counts: torch.Tensor, probs: torch.Tensor) -> float:
+    """Pearson's X^2 = sum_k (n_k - N p_k)^2 / (N p_k) of category counts (K,) against the
+    probabilities (K,) they should have been drawn with."""
     k = checks.tensor("counts", counts, "(K,)")["K"]
     checks.tensor("probs", probs, "(K,)", K=k)
-    statistic = chi_square_statistic(counts, probs)
-    return torch.special.gammaincc(torch.tensor((k - 1) / 2), torch.tensor(statistic / 2)).item()
+    counts, probs = counts.double(), probs.double()
+    expected = counts.sum() * probs
+    return ((counts - expected) ** 2 / expected).sum().item()
+
+
+def chi_square_p_value(counts: torch.Tensor, probs: torch.Tensor) -> float:
+    """The probability that a chi-square law of K-1 degrees of freedom exceeds X^2."""
+    from scipy.stats import chi2  # scipy comes with scikit-learn
+
+    return float(chi2.sf(chi_square_statistic(counts, probs), len(counts) - 1))
 
 
 def chi_square_critical_value(k: int, level: float = 1e-3) -> float:
     """The X^2 that a chi-square law of K-1 degrees of freedom exceeds with probability `level`:
     a goodness-of-fit test at that false-alarm rate rejects above it."""
-    from scipy.stats import chi2  # scipy comes with scikit-learn
+    from scipy.stats import chi2
 
     return float(chi2.isf(level, checks.integer("k", k, 2) - 1))
-
-
-def chi_square_statistic(counts: torch.Tensor, probs: torch.Tensor) -> float:
-    """Pearson's X^2 = sum_k (n_k - N p_k)^2 / (N p_k) of counts (K,) against probs (K,)."""
-    counts, probs = counts.double(), probs.double()
-    expected = counts.sum() * probs
-    return ((counts - expected) ** 2 / expected).sum().item()
 
 
 # -- 2. The relaxation ---------------------------------------------------------------------------
@@ -170,7 +169,7 @@ def straight_through(y: torch.Tensor) -> torch.Tensor:
 def concrete_log_density(y: torch.Tensor, logits: torch.Tensor, temperature: float) -> torch.Tensor:
     """log p(y) of the Concrete distribution at points y inside the simplex, shape (...).
 
-    y (..., K) and logits (K,) or (B, K) broadcast against each other over the leading dims.
+    y (..., K) and logits (..., K) broadcast against each other over the leading dims.
     """
     k = _check_logits(logits)
     temperature = _check_temperature(temperature)
