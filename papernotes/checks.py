@@ -83,3 +83,12 @@ def tensor(name: str, value, shape: str, *, dtype=None, **sizes) -> dict[str, in
             names = " or ".join(str(d) for d in allowed)
             raise TypeError(f"{name} must be a {names} tensor; got {value.dtype}")
     return {d: s for d, s in found.items() if not d.isdigit()}
+
+
+def boolean(name: str, value) -> bool:
+    """`value`, if it is a bool (or a NumPy bool); 1 and 0 are not flags and are refused."""
+    import numpy as np
+
+    if not isinstance(value, bool | np.bool_):
+        raise TypeError(f"{name} must be True or False; got {value!r}")
+    return bool(value)

@@ -89,3 +89,11 @@ def test_tensor_rejects_non_tensors_and_wrong_dtypes():
         checks.tensor("x", torch.zeros(2, dtype=torch.long), "(N,)", dtype="floating")
     with pytest.raises(TypeError, match="x must be a torch.int64 tensor; got torch.float32"):
         checks.tensor("x", torch.zeros(2), "(N,)", dtype=torch.long)
+
+
+def test_boolean_accepts_flags_only():
+    assert checks.boolean("batch_norm", True) is True
+    assert checks.boolean("batch_norm", np.bool_(False)) is False
+    for value in (1, 0, "True", None):
+        with pytest.raises(TypeError, match="batch_norm must be True or False"):
+            checks.boolean("batch_norm", value)
