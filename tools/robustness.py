@@ -23,6 +23,7 @@ stale result from a current one.
 from __future__ import annotations
 
 import argparse
+import fcntl
 import hashlib
 import importlib.util
 import json
@@ -152,13 +153,27 @@ def summarize_mutant(run_: dict, description: str) -> dict:
     }
 
 
+def merge_into_results(updates: dict[str, dict]) -> None:
+    """Write this run's entries into the results file, keeping every other chapter's and kind's.
+
+    Read, merge and write under an exclusive lock: two runs for different chapters may finish at
+    the same moment, and neither may drop the other's entries.
+    """
+    with open(RESULTS.with_suffix(".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        results = json.loads(RESULTS.read_text()) if RESULTS.exists() else {"chapters": {}}
+        for slug, entry in updates.items():
+            results["chapters"].setdefault(slug, {}).update(entry)
+        results["chapters"] = dict(sorted(results["chapters"].items()))
+        RESULTS.write_text(json.dumps(results, indent=1, ensure_ascii=False) + "\n")
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("what", choices=("seeds", "mutants"))
     parser.add_argument("chapters", nargs="*", type=Path, help="notebooks (default: the book)")
     args = parser.parse_args(argv)
     chapters = [p.resolve() for p in args.chapters] or book.toc_chapters()
-    results = json.loads(RESULTS.read_text()) if RESULTS.exists() else {"chapters": {}}
     jobs = []
     for path in chapters:
         if args.what == "seeds":
@@ -172,11 +187,11 @@ def main(argv=None) -> int:
     with ProcessPoolExecutor(max_workers=WORKERS) as pool:
         outcomes = list(pool.map(run, *zip(*jobs, strict=True))) if jobs else []
     ok = True
+    updates: dict[str, dict] = {}
     for path in chapters:
         slug = path.stem
         mine = [o for (p, _, _), o in zip(jobs, outcomes, strict=True) if p == path]
-        entry = results["chapters"].setdefault(slug, {})
-        entry.pop("hash", None)
+        entry = updates.setdefault(slug, {})
         if args.what == "seeds":
             entry["seeds"] = {"hash": content_hash(path), **summarize_seeds(mine)}
             for claim in entry["seeds"]["claims"]:
@@ -201,8 +216,7 @@ def main(argv=None) -> int:
                 ok &= result["outcome"] == "caught"
                 detail = "; ".join(result["failed_claims"]) or result["error"]
                 print(f"{slug}: mutant {result['name']}: {result['outcome'].upper()} ({detail})")
-    results["chapters"] = dict(sorted(results["chapters"].items()))
-    RESULTS.write_text(json.dumps(results, indent=1, ensure_ascii=False) + "\n")
+    merge_into_results(updates)
     seconds = time.perf_counter() - start
     print(f"{len(jobs)} runs in {seconds:.0f} s; wrote {RESULTS.relative_to(book.ROOT)}")
     return 0 if ok else 1
