@@ -263,3 +263,12 @@ def test_the_classifier_learns_and_rejects_a_bad_learning_rate():
     assert run.history.final("val_accuracy") > 0.9
     with pytest.raises(ValueError, match="lr"):
         jsma.train_classifier(digits, lr=0.0, seed=0)
+
+
+def test_the_cnn_takes_flat_digits_and_its_derivative_matches_torchs():
+    torch.manual_seed(0)
+    model = jsma.CNN(channels=4, hidden=8).double().eval()
+    x = torch.rand(2, 64, generator=gen(3), dtype=torch.float64)
+    jacobian = jsma.forward_derivative(model, x)
+    assert jacobian.shape == (2, 10, 64)
+    assert torch.allclose(jacobian[1], torch.autograd.functional.jacobian(model, x[1:2])[0, :, 0])
