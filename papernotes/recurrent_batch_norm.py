@@ -1,15 +1,18 @@
 r"""Recurrent Batch Normalization: batch-normalize the LSTM's step from one state to the next.
 
 Cooijmans, Ballas, Laurent, Gülçehre & Courville 2016, *Recurrent Batch Normalization*
-(ICLR 2017, arXiv:1603.09025). The module follows the paper in order.
+(ICLR 2017, arXiv:1603.09025). The module follows the paper in order. Sequences are batch-first:
+(B, T, D) in and out, states (B, H).
 
-1. **The batch-normalizing transform.** For pre-activations $z$ of a minibatch,
+1. **The batch-normalizing transform**, imported from the Batch Normalization chapter
+   (`papernotes.batch_norm`, the paper's Algorithm 1). For pre-activations $z$ of a minibatch,
 
    $$\mathrm{BN}(z; \gamma, \beta) = \beta + \gamma \odot
        \frac{z - \widehat{\mathbb{E}}[z]}{\sqrt{\widehat{\mathrm{Var}}[z] + \epsilon}},$$
 
-   with the mean and variance taken over the minibatch while training and replaced by population
-   estimates at test time.
+   with the mean and (biased) variance taken over the minibatch while training
+   (`batch_norm.batch_statistics`) and replaced by population estimates at test time;
+   `batch_norm.normalize` computes the fraction.
 
 2. **Statistics per time step.** Unrolled in time, a recurrent network is a deep network whose
    layers share weights, but its activations are not distributed alike at every step (the
@@ -26,7 +29,10 @@ Cooijmans, Ballas, Laurent, Gülçehre & Courville 2016, *Recurrent Batch Normal
    $$c_t = \sigma(\tilde f_t) \odot c_{t-1} + \sigma(\tilde i_t) \odot \tanh(\tilde g_t),\qquad
      h_t = \sigma(\tilde o_t) \odot \tanh\big(\mathrm{BN}(c_t; \gamma_c, \beta_c)\big).$$
 
-   $\beta_h = \beta_x = 0$ because the bias $b$ already shifts their sum.
+   $\beta_h = \beta_x = 0$ because the bias $b$ already shifts their sum. With a single input
+   feature (a pixel per step), $\mathrm{BN}(W_x x_t)$ is the pixel standardised with step $t$'s
+   statistics times the vector $\gamma_x \odot \mathrm{sign}(W_x)$: the input-term BN does no
+   more than an LSTM fed standardised pixels (`standardize_steps`).
 
 4. **$\gamma$ starts at 0.1, not 1.** BN fixes a pre-activation's standard deviation to $\gamma$.
    At $\gamma = 1$ a tanh spends much of its time saturated, its derivative is small, and the
@@ -44,45 +50,18 @@ Cooijmans, Ballas, Laurent, Gülçehre & Courville 2016, *Recurrent Batch Normal
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from papernotes import checks
+from papernotes import batch_norm, checks
 from papernotes.data import minibatches
-from papernotes.training import accuracy, fit
+from papernotes.training import History, accuracy, evaluating, generator, seeded, train
 
-# -- checks shared by the public functions ------------------------------------------------------
-
-
-def _check_sequence(x, input_size: int | None = None) -> tuple[int, int]:
-    """x must be a float tensor (T, B, input_size); returns (T, B)."""
-    if not isinstance(x, torch.Tensor) or not torch.is_floating_point(x):
-        raise TypeError(f"x must be a floating-point tensor; got {type(x).__name__}")
-    size = x.shape[-1] if input_size is None else input_size
-    if x.dim() != 3 or x.shape[2] != size or x.shape[0] < 1 or x.shape[1] < 1:
-        raise ValueError(
-            f"x must have shape (T, B, input_size) with input_size = {size}; got {tuple(x.shape)}"
-        )
-    return x.shape[0], x.shape[1]
-
-
-def _check_state(state, batch: int, hidden_size: int, like: torch.Tensor):
-    """The initial (h, c), each (B, H); None means zeros."""
-    if state is None:
-        zeros = like.new_zeros(batch, hidden_size)
-        return zeros, zeros
-    if not isinstance(state, (tuple, list)) or len(state) != 2:
-        raise TypeError("state must be a pair (h, c) of tensors")
-    for name, value in zip(("h", "c"), state, strict=True):
-        if not isinstance(value, torch.Tensor) or value.shape != (batch, hidden_size):
-            got = tuple(value.shape) if isinstance(value, torch.Tensor) else type(value).__name__
-            raise ValueError(
-                f"state {name} must have shape (B, H) = {(batch, hidden_size)}; got {got}"
-            )
-    return state[0], state[1]
+# Random streams of a training run, each its own generator derived from the run's seed.
+BATCHES, H0_NOISE, POPULATION_NOISE = 0, 1, 2
 
 
 # -- 1 and 2. BN with statistics per time step ---------------------------------------------------
@@ -91,10 +70,10 @@ def _check_state(state, batch: int, hidden_size: int, like: torch.Tensor):
 class StepwiseBatchNorm(nn.Module):
     """BN(z; gamma, beta) with one set of statistics per time step, gamma and beta shared.
 
-    Training: step t is normalized with its own minibatch mean and (biased) variance, and step
-    t's population estimates `running_mean[t]`, `running_var[t]` (unbiased) move toward them by
-    `momentum`. Evaluation: step t uses the population estimates of step min(t, max_steps - 1),
-    so every step past the last trained one reuses the last one's statistics (the paper's rule).
+    Training: step t is normalized with its own minibatch mean and biased variance, and row t of
+    the population estimates `running_mean`, `running_var` (unbiased variance) moves toward them
+    by `momentum`. Evaluation: step t uses row `statistics_step(t)` = min(t, max_steps - 1), so
+    every step past the last trained one reuses the last one's statistics (the paper's rule).
 
     `shift=False` fixes beta at 0 (the BN-LSTM's input and recurrent terms, whose shift is the
     LSTM's bias b).
@@ -129,32 +108,45 @@ class StepwiseBatchNorm(nn.Module):
         return min(t, self.max_steps - 1)
 
     def forward(self, z: torch.Tensor, t: int) -> torch.Tensor:
-        """Normalize the pre-activations z (B, F) of time step t (counted from 0)."""
-        if not isinstance(z, torch.Tensor) or z.dim() != 2 or z.shape[1] != self.num_features:
-            got = tuple(z.shape) if isinstance(z, torch.Tensor) else type(z).__name__
-            raise ValueError(f"z must have shape (B, {self.num_features}); got {got}")
-        if isinstance(t, bool) or not isinstance(t, int) or t < 0:
-            raise ValueError(f"the time step t must be an integer >= 0; got {t!r}")
+        """BN of step t's pre-activations z (B, F), t counted from 0."""
         if self.training:
-            self.check_trainable(t + 1, z.shape[0])
-        return self.step(z, t)
+            mean, variance = batch_norm.batch_statistics(z)  # mu_B, sigma^2_B of step t
+            self.remember(t, mean, variance, len(z))
+        else:
+            row = self.statistics_step(t)
+            mean, variance = self.running_mean[row], self.running_var[row]
+        return self.scale_and_shift(batch_norm.normalize(z, mean, variance, self.eps))
 
-    def step(self, z: torch.Tensor, t: int) -> torch.Tensor:
-        """`forward` without its checks, for the inner loop of a recurrent network."""
-        s = t if self.training else self.statistics_step(t)
-        # torch's fused BN. In training it normalizes with z's batch statistics and updates the
-        # row views running_mean[t], running_var[t] in place: step t's population estimates.
-        return torch.batch_norm(
-            z,
-            self.gamma,
-            self.beta,
-            self.running_mean[s],
-            self.running_var[s],
-            self.training,
-            self.momentum,
-            self.eps,
-            False,
-        )
+    def all_steps(self, z: torch.Tensor) -> torch.Tensor:
+        """BN of every step of z (B, T, F) at once, step t with step t's statistics.
+
+        For a term that does not depend on the recurrent state (the input term W_x x_t): as an
+        (N, C) = (B, T*F) batch, each of its columns is one feature at one step, so
+        `batch_statistics` returns exactly the per-step statistics.
+        """
+        batch, steps, features = z.shape
+        flat = z.reshape(batch, steps * features)
+        if self.training:
+            mean, variance = batch_norm.batch_statistics(flat)
+            self.remember(slice(0, steps), mean.view(steps, -1), variance.view(steps, -1), batch)
+        else:
+            rows = [self.statistics_step(t) for t in range(steps)]
+            mean, variance = self.running_mean[rows].flatten(), self.running_var[rows].flatten()
+        x_hat = batch_norm.normalize(flat, mean, variance, self.eps)
+        return self.scale_and_shift(x_hat.view(batch, steps, features))
+
+    def scale_and_shift(self, x_hat: torch.Tensor) -> torch.Tensor:
+        """gamma * x_hat + beta (beta = 0 without shift)."""
+        if self.beta is None:
+            return x_hat * self.gamma
+        return torch.addcmul(self.beta, x_hat, self.gamma)
+
+    @torch.no_grad()
+    def remember(self, rows, mean: torch.Tensor, variance: torch.Tensor, m: int) -> None:
+        """Move the population estimates of `rows` (a step or a slice of steps) toward a batch's
+        statistics; the variance enters unbiased, m / (m - 1) times the batch's (Algorithm 2)."""
+        self.running_mean[rows].lerp_(mean, self.momentum)
+        self.running_var[rows].lerp_(variance * (m / (m - 1)), self.momentum)
 
     def keep_first_steps(self, steps: int) -> None:
         """Forget the population statistics of every step from `steps` on, as if training had
@@ -164,17 +156,6 @@ class StepwiseBatchNorm(nn.Module):
         self.max_steps = steps
         self.running_mean = self.running_mean[:steps].clone()
         self.running_var = self.running_var[:steps].clone()
-
-    def check_trainable(self, steps: int, batch: int) -> None:
-        """Training needs statistics for every step and a batch to compute them from."""
-        if steps > self.max_steps:
-            raise ValueError(
-                f"a training sequence of {steps} steps is longer than max_steps = "
-                f"{self.max_steps}: there are population statistics for {self.max_steps} steps "
-                "only; train on shorter sequences or raise max_steps"
-            )
-        if batch < 2:
-            raise ValueError(f"batch statistics need at least 2 examples per batch; got {batch}")
 
 
 # -- 3. The BN-LSTM -----------------------------------------------------------------------------
@@ -196,17 +177,23 @@ def _init_lstm_weights(weight_x: torch.Tensor, weight_h: torch.Tensor, bias: tor
         bias[:hidden] = 1.0
 
 
-def _project(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-    """x @ weight for x (..., D). With one input feature (pixel sequences) it is an outer product,
-    which broadcasting computes far faster on a CPU than a matrix product with inner size 1."""
-    return x * weight[0] if weight.shape[0] == 1 else x @ weight
+def _initial_state(state, batch: int, hidden_size: int, like: torch.Tensor):
+    """The initial (h, c), each (B, H); None means zeros."""
+    if state is None:
+        zeros = like.new_zeros(batch, hidden_size)
+        return zeros, zeros
+    if not isinstance(state, (tuple, list)) or len(state) != 2:
+        raise TypeError("state must be a pair (h, c) of tensors")
+    for name, value in zip(("h", "c"), state, strict=True):
+        checks.tensor(f"state {name}", value, "(B, H)", B=batch, H=hidden_size)
+    return state[0], state[1]
 
 
 class BNLSTM(nn.Module):
     """The batch-normalized LSTM of section 3 of the module docstring, one layer.
 
-    forward(x, state=None): x (T, B, input_size), state an optional (h, c) of shape (B, H) each
-    (zeros by default) -> (outputs (T, B, H), (h_T, c_T)).
+    forward(x, state=None): x (B, T, input_size), state an optional (h, c) of shape (B, H) each
+    (zeros by default) -> (outputs (B, T, H), (h_T, c_T)).
 
     Three BNs with statistics per time step: `bn_x` on W_x x_t and `bn_h` on W_h h_{t-1} (4H
     features each, no shift) and `bn_c` on c_t (H features, with shift). Every gamma starts at
@@ -230,37 +217,50 @@ class BNLSTM(nn.Module):
         self.bn_c = StepwiseBatchNorm(hidden_size, max_steps, gamma_init, shift=True)
 
     def forward(self, x: torch.Tensor, state=None):
-        steps, batch = _check_sequence(x, self.input_size)
-        h, c = _check_state(state, batch, self.hidden_size, x)
+        sizes = checks.tensor("x", x, "(B, T, D)", dtype="floating", D=self.input_size)
+        batch, steps = sizes["B"], sizes["T"]
+        h, c = _initial_state(state, batch, self.hidden_size, x)
         if self.training:
-            self.bn_h.check_trainable(steps, batch)
+            _check_trainable(steps, batch, self.max_steps)
         split = 3 * self.hidden_size
+        # BN(W_x x_t) + b for every t at once: the input term does not depend on the state.
+        input_terms = self.bn_x.all_steps(x @ self.weight_x) + self.bias
         outputs = []
-        # unbind, not x[t]: indexing would cost a gradient buffer of x's full size per step
-        for t, x_t in enumerate(x.unbind(0)):
-            recurrent_term = self.bn_h.step(h @ self.weight_h, t)
-            input_term = self.bn_x.step(_project(x_t, self.weight_x), t)
-            gates = recurrent_term + input_term + self.bias
+        # unbind, not indexing: x[:, t] would cost a gradient buffer of x's full size per step
+        for t, input_term in enumerate(input_terms.unbind(1)):
+            gates = self.bn_h(h @ self.weight_h, t) + input_term
             f, i, o = torch.sigmoid(gates[:, :split]).chunk(3, dim=1)
             g = torch.tanh(gates[:, split:])
             c = torch.addcmul(f * c, i, g)  # c = f c + i g: no BN inside the cell's recurrence
-            h = o * torch.tanh(self.bn_c.step(c, t))
+            h = o * torch.tanh(self.bn_c(c, t))
             outputs.append(h)
-        return torch.stack(outputs), (h, c)
+        return torch.stack(outputs, dim=1), (h, c)
+
+
+def _check_trainable(steps: int, batch: int, max_steps: int) -> None:
+    """Training needs statistics for every step and a batch to compute them from."""
+    if steps > max_steps:
+        raise ValueError(
+            f"a training sequence of {steps} steps is longer than max_steps = {max_steps}: "
+            f"there are population statistics for {max_steps} steps only; train on shorter "
+            "sequences or raise max_steps"
+        )
+    if batch < 2:
+        raise ValueError(f"batch statistics need at least 2 examples per batch; got {batch}")
 
 
 class LSTM(nn.Module):
     """The baseline: the same LSTM with the same initialisation, and no BN.
 
     It runs on torch's fused LSTM (our weights copied into its gate order i, f, g, o), with
-    BNLSTM's interface: forward(x (T, B, D), state=None) -> (outputs (T, B, H), (h, c)).
+    BNLSTM's interface: forward(x (B, T, D), state=None) -> (outputs (B, T, H), (h, c)).
     """
 
     def __init__(self, input_size: int, hidden_size: int):
         super().__init__()
         self.input_size = checks.integer("input_size", input_size)
         self.hidden_size = checks.integer("hidden_size", hidden_size)
-        self.lstm = nn.LSTM(input_size, hidden_size)
+        self.lstm = nn.LSTM(input_size, hidden_size, batch_first=True)
         gates = 4 * hidden_size
         weight_x, weight_h, bias = (
             torch.empty(input_size, gates),
@@ -280,8 +280,8 @@ class LSTM(nn.Module):
             self.lstm.bias_hh_l0.zero_()
 
     def forward(self, x: torch.Tensor, state=None):
-        _, batch = _check_sequence(x, self.input_size)
-        h, c = _check_state(state, batch, self.hidden_size, x)
+        batch = checks.tensor("x", x, "(B, T, D)", dtype="floating", D=self.input_size)["B"]
+        h, c = _initial_state(state, batch, self.hidden_size, x)
         outputs, (h, c) = self.lstm(x, (h[None], c[None]))
         return outputs, (h[0], c[0])
 
@@ -293,8 +293,8 @@ class BNTanhRNN(nn.Module):
     """The paper's Figure-1 network: h_t = tanh(BN(W_h h_{t-1} + W_x x_t; gamma, 0)), W_h = I.
 
     One BN on the summed pre-activation (not the BN-LSTM's two), minibatch statistics at every
-    step, W_x orthogonal. forward(x, h0) returns the states [h_0, h_1, ..., h_T], so that the
-    gradient of a loss with respect to each of them can be read off.
+    step, W_x orthogonal. forward(x (B, T, D), h0 (B, H)) returns the states [h_0, h_1, ...,
+    h_T], so that the gradient of a loss with respect to each of them can be read off.
     """
 
     def __init__(self, input_size: int, hidden_size: int, gamma: float, eps: float = 1e-5):
@@ -308,17 +308,16 @@ class BNTanhRNN(nn.Module):
         self.weight_x = nn.Parameter(nn.init.orthogonal_(torch.empty(input_size, hidden_size)))
 
     def forward(self, x: torch.Tensor, h0: torch.Tensor) -> list[torch.Tensor]:
-        _, batch = _check_sequence(x, self.input_size)
+        batch = checks.tensor("x", x, "(B, T, D)", dtype="floating", D=self.input_size)["B"]
+        checks.tensor("h0", h0, "(B, H)", B=batch, H=self.hidden_size)
         if batch < 2:
             raise ValueError(f"batch statistics need at least 2 examples per batch; got {batch}")
-        if not isinstance(h0, torch.Tensor) or h0.shape != (batch, self.hidden_size):
-            raise ValueError(f"h0 must have shape (B, H) = {(batch, self.hidden_size)}")
         states = [h0]
-        for input_term in _project(x, self.weight_x).unbind(0):
+        for input_term in (x @ self.weight_x).unbind(1):
             z = states[-1] @ self.weight_h + input_term
-            mean = z.mean(dim=0)
-            var = (z - mean).square().mean(dim=0)
-            states.append(torch.tanh(self.gamma * (z - mean) / torch.sqrt(var + self.eps)))
+            mean, variance = batch_norm.batch_statistics(z)
+            z_hat = batch_norm.normalize(z, mean, variance, self.eps)
+            states.append(torch.tanh(self.gamma * z_hat))  # h_t = tanh(BN(z; gamma, 0))
         return states
 
 
@@ -331,8 +330,7 @@ def tanh_derivative_statistics(
     the smaller its expected derivative, the factor by which it passes a gradient back.
     """
     std = checks.number("std", std, 0.0)
-    generator = torch.Generator().manual_seed(seed)
-    z = std * torch.randn(checks.integer("samples", samples), generator=generator)
+    z = std * torch.randn(checks.integer("samples", samples), generator=generator(seed))
     derivative = 1 - torch.tanh(z.double()).square()
     low, high = torch.quantile(derivative, torch.tensor([0.25, 0.75], dtype=torch.float64))
     return derivative.mean().item(), low.item(), high.item()
@@ -349,22 +347,20 @@ def gradient_norms_through_time(
 ) -> torch.Tensor:
     """||dL/dh_t|| for t = 0..T in a freshly initialised BNTanhRNN, in float64: shape (T + 1,).
 
-    L is the mean cross-entropy of an orthogonally initialised linear read-out of h_T; the norm
-    is taken per example and averaged over the batch (as the authors' plotting code does).
-    h_0 is `h0_noise` times standard normal noise, the paper's fix for zero-variance first steps.
+    x (B, T, D). L is the mean cross-entropy of an orthogonally initialised linear read-out of
+    h_T; the norm is taken per example and averaged over the batch (as the authors' plotting
+    code does). h_0 is `h0_noise` times standard normal noise, the paper's fix for zero-variance
+    first steps. The weights and the noise follow `seed`.
     """
-    _, batch = _check_sequence(x)
-    if not isinstance(labels, torch.Tensor) or labels.shape != (batch,):
-        got = tuple(labels.shape) if isinstance(labels, torch.Tensor) else type(labels).__name__
-        raise ValueError(f"labels must have shape (B,) = ({batch},); got {got}")
+    batch = checks.tensor("x", x, "(B, T, D)", dtype="floating")["B"]
+    checks.tensor("labels", labels, "(B,)", B=batch)
     h0_noise = checks.number("h0_noise", h0_noise, 0.0)
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
+    with seeded(seed):
         model = BNTanhRNN(x.shape[2], hidden_size, gamma).double()
         readout = nn.Linear(hidden_size, n_classes).double()
         nn.init.orthogonal_(readout.weight)
         nn.init.zeros_(readout.bias)
-        h0 = h0_noise * torch.randn(batch, hidden_size, dtype=torch.float64)
+    h0 = h0_noise * torch.randn(batch, hidden_size, dtype=torch.float64, generator=generator(seed))
     states = model(x.double(), h0.requires_grad_(True))
     loss = F.cross_entropy(readout(states[-1]), labels)
     grads = torch.autograd.grad(loss, states)
@@ -377,16 +373,13 @@ def gradient_norms_through_time(
 def pixel_sequences(
     images: torch.Tensor, steps: int | None = None, order: torch.Tensor | None = None
 ) -> torch.Tensor:
-    """Flattened images (N, P) -> pixel sequences (T, N, 1), one pixel per step.
+    """Flattened images (N, P) -> pixel sequences (N, T, 1), one pixel per step.
 
     `order` (a permutation of the P pixels) reads them in another order (permuted digits).
     `steps` < P keeps the first `steps` pixels; `steps` > P continues with blank pixels, as if
     the digit sat at the top of a taller canvas (the longer test sequences).
     """
-    if not isinstance(images, torch.Tensor) or images.dim() != 2:
-        got = tuple(images.shape) if isinstance(images, torch.Tensor) else type(images).__name__
-        raise ValueError(f"images must have shape (N, P); got {got}")
-    pixels = images.shape[1]
+    pixels = checks.tensor("images", images, "(N, P)", dtype="floating")["P"]
     if order is not None:
         if sorted(torch.as_tensor(order).tolist()) != list(range(pixels)):
             raise ValueError(f"order must be a permutation of the {pixels} pixel indices")
@@ -394,7 +387,23 @@ def pixel_sequences(
     steps = pixels if steps is None else checks.integer("steps", steps)
     if steps > pixels:
         images = torch.cat([images, images.new_zeros(len(images), steps - pixels)], dim=1)
-    return images[:, :steps].T.unsqueeze(-1).contiguous()
+    return images[:, :steps, None].contiguous()
+
+
+def standardize_steps(x: torch.Tensor, reference: torch.Tensor, eps: float = 1e-5) -> torch.Tensor:
+    """x (B, T, D) with each step's features standardised by the statistics of that step over
+    `reference` (N, T, D): (x_t - mean_t) / sqrt(var_t + eps), the mean and biased variance over
+    the reference sequences.
+
+    What the input-term BN does to one-pixel inputs, done once to the data with the training
+    set's statistics (see section 3 of the module docstring).
+    """
+    sizes = checks.tensor("reference", reference, "(N, T, D)", dtype="floating")
+    steps, features = sizes["T"], sizes["D"]
+    batch = checks.tensor("x", x, "(B, T, D)", dtype="floating", T=steps, D=features)["B"]
+    mean, variance = batch_norm.batch_statistics(reference.reshape(sizes["N"], steps * features))
+    flat = x.reshape(batch, steps * features)
+    return batch_norm.normalize(flat, mean, variance, eps).view(x.shape)
 
 
 def initial_state(
@@ -417,23 +426,34 @@ class SequenceClassifier(nn.Module):
         nn.init.orthogonal_(self.readout.weight)
         nn.init.zeros_(self.readout.bias)
 
+    @property
+    def hidden_size(self) -> int:
+        return self.rnn.hidden_size
+
     def forward(self, x: torch.Tensor, state=None) -> torch.Tensor:
         _, (h, _) = self.rnn(x, state)
         return self.readout(h)
 
 
-MODELS = ("lstm", "bn-lstm")
-
-
-def make_classifier(
-    kind: str, hidden_size: int = 64, max_steps: int = 64, gamma_init: float = 0.1
+def bn_lstm_classifier(
+    hidden_size: int = 64,
+    max_steps: int = 64,
+    gamma_init: float = 0.1,
+    *,
+    input_size: int = 1,
+    seed: int = 0,
 ) -> SequenceClassifier:
-    """A pixel-sequence classifier on a BN-LSTM ("bn-lstm") or the plain LSTM ("lstm")."""
-    if kind == "bn-lstm":
-        return SequenceClassifier(BNLSTM(1, hidden_size, max_steps, gamma_init))
-    if kind == "lstm":
-        return SequenceClassifier(LSTM(1, hidden_size))
-    raise ValueError(f"kind must be one of {', '.join(MODELS)}; got {kind!r}")
+    """A sequence classifier on a BN-LSTM, its initial weights drawn from `seed`."""
+    with seeded(seed):
+        return SequenceClassifier(BNLSTM(input_size, hidden_size, max_steps, gamma_init))
+
+
+def lstm_classifier(
+    hidden_size: int = 64, *, input_size: int = 1, seed: int = 0
+) -> SequenceClassifier:
+    """A sequence classifier on the plain LSTM, its initial weights drawn from `seed`."""
+    with seeded(seed):
+        return SequenceClassifier(LSTM(input_size, hidden_size))
 
 
 @torch.no_grad()
@@ -444,13 +464,14 @@ def estimate_population_statistics(model: nn.Module, x: torch.Tensor, state=None
     One pass in training mode with all of x as one batch and momentum 1, so that each step's
     estimates become that step's mean and unbiased variance over x. (The moving averages kept
     during training lag behind weights that still change fast, and they start from a variance
-    of 1 where the true one may be 1e-4: early in training they are far off.)
+    of 1 where the true one may be 1e-4: early in training they are far off.) The model's mode
+    and the momenta are restored.
     """
     norms = [m for m in model.modules() if isinstance(m, StepwiseBatchNorm)]
     momenta = [bn.momentum for bn in norms]
     was_training = model.training
-    model.train()
     try:
+        model.train()
         for bn in norms:
             bn.momentum = 1.0
         model(x, state)
@@ -460,86 +481,72 @@ def estimate_population_statistics(model: nn.Module, x: torch.Tensor, state=None
         model.train(was_training)
 
 
-@torch.no_grad()
 def evaluate(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> float:
-    """Accuracy in evaluation mode (population statistics, h_0 = 0); the mode is restored."""
-    was_training = model.training
-    model.eval()
-    try:
+    """Accuracy in evaluation mode (population statistics, h_0 = 0)."""
+    with evaluating(model):
         return accuracy(model(x), y)
-    finally:
-        model.train(was_training)
-
-
-@dataclass
-class TrainingRun:
-    """A trained classifier and its history: "step", "loss" and "val_accuracy" every
-    `eval_every` updates."""
-
-    model: SequenceClassifier
-    history: dict[str, list[float]]
-
-    def updates_to_reach(self, target: float) -> int | None:
-        """The first logged number of updates at which validation accuracy >= target, or None."""
-        for step, acc in zip(self.history["step"], self.history["val_accuracy"], strict=True):
-            if acc >= target:
-                return int(step)
-        return None
 
 
 def train_classifier(
-    kind: str,
+    model: SequenceClassifier,
     train_x: torch.Tensor,
     train_y: torch.Tensor,
-    val_x: torch.Tensor,
-    val_y: torch.Tensor,
-    steps: int = 200,
+    splits: Mapping[str, tuple[torch.Tensor, torch.Tensor]],
+    *,
+    steps: int = 150,
     batch_size: int = 128,
     lr: float = 1e-2,
     clip: float = 1.0,
     h0_noise: float = 0.1,
-    gamma_init: float = 0.1,
-    hidden_size: int = 64,
     eval_every: int = 25,
     population_size: int = 256,
     seed: int = 0,
-) -> TrainingRun:
-    """Train a classifier on pixel sequences (T, N, 1) with the paper's recipe: RMSProp (decay
-    0.9), gradient norm clipped at `clip`, noise on h_0 while training.
+) -> History:
+    """Train a classifier on sequences (N, T, D) with the paper's recipe: RMSProp (decay 0.9),
+    gradient norm clipped at `clip`, noise on h_0 while training. Returns the run's History.
 
-    Every `eval_every` updates: population statistics from the first `population_size` training
-    sequences (BN-LSTM only), then the accuracy on the validation sequences. The same seed gives
-    the LSTM and the BN-LSTM the same minibatches.
+    Every `eval_every` updates and after the last: population statistics from the first
+    `population_size` training sequences (models with StepwiseBatchNorm only), then the accuracy
+    on each of `splits` ({"val": (x, y), ...}), logged as "val_accuracy", .... Minibatches, the
+    h_0 noise and the population-statistics noise are streams of `seed`, so two models trained
+    with one seed see the same minibatches.
     """
-    for name, value in (("steps", steps), ("batch_size", batch_size), ("eval_every", eval_every)):
-        checks.integer(name, value)
+    if not isinstance(model, SequenceClassifier):
+        raise TypeError(f"model must be a SequenceClassifier; got {type(model).__name__}")
+    n = checks.tensor("train_x", train_x, "(N, T, D)", dtype="floating")["N"]
+    checks.tensor("train_y", train_y, "(N,)", N=n)
+    checks.integer("batch_size", batch_size)
     checks.number("lr", lr, 0.0, low_open=True)
-    checks.number("clip", clip, 0.0, low_open=True)
-    population_size = min(checks.integer("population_size", population_size), train_x.shape[1])
-    torch.manual_seed(seed)
-    model = make_classifier(kind, hidden_size, train_x.shape[0], gamma_init)
+    h0_noise = checks.number("h0_noise", h0_noise, 0.0)
+    population_size = min(checks.integer("population_size", population_size), n)
+    hidden = model.hidden_size
+    normalized = any(isinstance(m, StepwiseBatchNorm) for m in model.modules())
     optimizer = torch.optim.RMSprop(model.parameters(), lr=lr, alpha=0.9)
-    generator = torch.Generator().manual_seed(seed)
-    population_noise = torch.Generator().manual_seed(seed + 1)  # leaves the minibatches alone
-    batches = minibatches(train_x.shape[1], batch_size, generator)
+    batches = minibatches(n, batch_size, generator(seed, BATCHES))
+    noise = generator(seed, H0_NOISE)
+    population_noise = generator(seed, POPULATION_NOISE)
 
-    def step(i: int):
+    def loss_of_update(_: int) -> torch.Tensor:
         index = next(batches)
-        state = initial_state(len(index), hidden_size, h0_noise, generator)
-        loss = F.cross_entropy(model(train_x[:, index], state), train_y[index])
-        optimizer.zero_grad()
-        loss.backward()
-        nn.utils.clip_grad_norm_(model.parameters(), clip)
-        optimizer.step()
-        if (i + 1) % eval_every:
-            return None
-        if kind == "bn-lstm":
-            state = initial_state(population_size, hidden_size, h0_noise, population_noise)
-            estimate_population_statistics(model, train_x[:, :population_size], state)
-        return {"loss": loss.item(), "val_accuracy": evaluate(model, val_x, val_y)}
+        state = initial_state(len(index), hidden, h0_noise, noise)
+        return F.cross_entropy(model(train_x[index], state), train_y[index])
 
-    history = fit(step, steps, desc=kind)
-    return TrainingRun(model, history)
+    def measure() -> dict[str, float]:
+        if normalized:
+            state = initial_state(population_size, hidden, h0_noise, population_noise)
+            estimate_population_statistics(model, train_x[:population_size], state)
+        return {f"{name}_accuracy": accuracy(model(x), y) for name, (x, y) in splits.items()}
+
+    return train(
+        model,
+        optimizer,
+        loss_of_update,
+        steps,
+        evaluate=measure,
+        eval_every=eval_every,
+        clip=clip,
+        desc=type(model.rnn).__name__,
+    )
 
 
 # -- Stationarity of the population statistics --------------------------------------------------

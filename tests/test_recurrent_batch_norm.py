@@ -2,6 +2,7 @@
 
 The BN-LSTM is checked against a reference written out here from the paper's equations, so a
 wrong placement of a BN (inside the cell recurrence, on the summed pre-activation, ...) fails.
+Sequences are batch-first: (B, T, D).
 """
 
 import copy
@@ -11,22 +12,16 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from conftest import gen, randn
 from papernotes import recurrent_batch_norm as rbn
+from papernotes.training import History, generator, seeded
 
 EPS = 1e-5
 
 
-def gen(seed=0):
-    return torch.Generator().manual_seed(seed)
-
-
-def randn(*shape, seed=0, scale=1.0, shift=0.0):
-    return shift + scale * torch.randn(*shape, generator=gen(seed), dtype=torch.float64)
-
-
 def bn_lstm(input_size=3, hidden_size=4, max_steps=5, gamma_init=0.1, seed=0):
-    torch.manual_seed(seed)
-    model = rbn.BNLSTM(input_size, hidden_size, max_steps, gamma_init).double()
+    with seeded(seed):
+        model = rbn.BNLSTM(input_size, hidden_size, max_steps, gamma_init).double()
     with torch.no_grad():  # move every parameter off its initial value, so that all matter
         for parameter in model.parameters():
             parameter.add_(0.3 * torch.randn(parameter.shape, generator=gen(seed + 1)).double())
@@ -48,14 +43,22 @@ def reference_bn_lstm(model, x, h, c, statistics=None):
         return out if module.beta is None else out + module.beta
 
     outputs = []
-    for t in range(x.shape[0]):
-        pre = bn(h @ model.weight_h, "bn_h", t) + bn(x[t] @ model.weight_x, "bn_x", t) + model.bias
+    for t in range(x.shape[1]):
+        pre = (
+            bn(h @ model.weight_h, "bn_h", t) + bn(x[:, t] @ model.weight_x, "bn_x", t) + model.bias
+        )
         f, i, o = (torch.sigmoid(pre[:, k * hidden : (k + 1) * hidden]) for k in range(3))
         g = torch.tanh(pre[:, 3 * hidden :])
         c = f * c + i * g
         h = o * torch.tanh(bn(c, "bn_c", t))
         outputs.append(h)
-    return torch.stack(outputs), h, c
+    return torch.stack(outputs, dim=1), h, c
+
+
+def set_statistics(bn, seed=5):
+    with torch.no_grad():
+        bn.running_mean.copy_(randn(*bn.running_mean.shape, seed=seed))
+        bn.running_var.copy_(randn(*bn.running_var.shape, seed=seed + 1).abs() + 0.5)
 
 
 # -- StepwiseBatchNorm --------------------------------------------------------------------------
@@ -85,10 +88,20 @@ def test_population_statistics_are_kept_per_time_step():
         assert torch.equal(bn.running_var[t], torch.ones(4, dtype=torch.float64))
 
 
-def set_statistics(bn, seed=5):
-    with torch.no_grad():
-        bn.running_mean.copy_(randn(*bn.running_mean.shape, seed=seed))
-        bn.running_var.copy_(randn(*bn.running_var.shape, seed=seed + 1).abs() + 0.5)
+def test_all_steps_at_once_equals_step_by_step():
+    z = randn(9, 4, 3, seed=6, scale=2.0, shift=1.0)  # (B, T, F)
+    one, each = (rbn.StepwiseBatchNorm(3, max_steps=6, gamma_init=0.4).double() for _ in range(2))
+    together = one.all_steps(z)
+    separately = torch.stack([each(z[:, t], t) for t in range(4)], dim=1)
+    assert torch.allclose(together, separately, atol=1e-12)
+    assert torch.allclose(one.running_mean, each.running_mean, atol=1e-12)
+    assert torch.allclose(one.running_var, each.running_var, atol=1e-12)
+    set_statistics(one)
+    set_statistics(each)
+    one.eval(), each.eval()
+    longer = randn(5, 8, 3, seed=7)  # past max_steps: the last row is reused
+    separately = torch.stack([each(longer[:, t], t) for t in range(8)], dim=1)
+    assert torch.allclose(one.all_steps(longer), separately, atol=1e-12)
 
 
 def test_evaluation_uses_each_steps_population_statistics_and_the_last_beyond_max_steps():
@@ -132,11 +145,11 @@ def test_batch_norm_gradient_matches_the_written_out_formula():
 
 def test_bn_lstm_training_forward_follows_the_papers_equations():
     model = bn_lstm()
-    x = randn(5, 6, 3, seed=12)
+    x = randn(6, 5, 3, seed=12)
     h0, c0 = randn(6, 4, seed=13, scale=0.1), randn(6, 4, seed=14)
     outputs, (h, c) = model(x, (h0, c0))
     expected, h_ref, c_ref = reference_bn_lstm(model, x, h0, c0)
-    assert outputs.shape == (5, 6, 4)
+    assert outputs.shape == (6, 5, 4)
     assert torch.allclose(outputs, expected, atol=1e-10)
     assert torch.allclose(h, h_ref, atol=1e-10) and torch.allclose(c, c_ref, atol=1e-10)
 
@@ -149,13 +162,13 @@ def test_the_cell_state_is_carried_unnormalized_when_the_gates_say_so():
         model.bias[:4] = 40.0  # forget gate: sigmoid = 1
         model.bias[4:8] = -40.0  # input gate: sigmoid = 0
     c0 = randn(6, 4, seed=17, scale=5.0, shift=3.0)
-    _, (_, c) = model(randn(4, 6, 3, seed=15), (randn(6, 4, seed=16, scale=0.1), c0))
+    _, (_, c) = model(randn(6, 4, 3, seed=15), (randn(6, 4, seed=16, scale=0.1), c0))
     assert torch.allclose(c, c0, atol=1e-10)
 
 
 def test_per_step_statistics_are_kept_for_every_bn_and_step():
     model = bn_lstm(max_steps=4)
-    x = randn(4, 8, 3, seed=18)
+    x = randn(8, 4, 3, seed=18)
     model(x, (randn(8, 4, seed=19, scale=0.1), torch.zeros(8, 4, dtype=torch.float64)))
     for name in ("bn_x", "bn_h", "bn_c"):
         means = getattr(model, name).running_mean
@@ -163,15 +176,30 @@ def test_per_step_statistics_are_kept_for_every_bn_and_step():
         assert (means.abs().sum(1) > 0).all(), name  # every step has been updated
         assert not torch.allclose(means[1], means[2]), name  # and separately
     # The input term's step-t statistics are those of W_x x_t over the batch (momentum 0.1).
-    expected = 0.1 * (x @ model.weight_x).mean(1)
+    expected = 0.1 * (x @ model.weight_x).mean(0)
     assert torch.allclose(model.bn_x.running_mean, expected.detach(), atol=1e-12)
+
+
+def test_the_input_term_bn_of_one_pixel_is_the_standardised_pixel():
+    # With one input feature, BN(W_x x_t) = gamma * sign(W_x) * (x_t - mean_t) / std_t (up to
+    # eps): the input-term BN standardises the pixel, which standardize_steps does to the data.
+    model = bn_lstm(input_size=1, hidden_size=3, max_steps=4)
+    with torch.no_grad():  # weights away from 0, where eps / w^2 would matter
+        model.weight_x.copy_(model.weight_x.sign() * (0.5 + model.weight_x.abs()))
+    x = randn(50, 4, 1, seed=20, scale=0.3, shift=0.5)
+    input_term = model.bn_x.all_steps(x @ model.weight_x)
+    standardised = rbn.standardize_steps(x, x)
+    expected = standardised * (model.bn_x.gamma * model.weight_x[0].sign())
+    assert torch.allclose(input_term, expected, atol=1e-3)
+    assert torch.allclose(standardised.mean(0), torch.zeros(4, 1, dtype=torch.float64))
+    assert torch.allclose(standardised.std(0, unbiased=False), torch.ones(4, 1).double(), atol=1e-3)
 
 
 def test_evaluation_beyond_max_steps_uses_the_last_steps_statistics():
     model = bn_lstm(max_steps=3).eval()
     for name in ("bn_x", "bn_h", "bn_c"):
         set_statistics(getattr(model, name), seed=20 + len(name))
-    x = randn(6, 5, 3, seed=21)
+    x = randn(5, 6, 3, seed=21)
     zeros = torch.zeros(5, 4, dtype=torch.float64)
 
     def statistics(name, t):
@@ -198,9 +226,9 @@ def test_evaluation_beyond_max_steps_uses_the_last_steps_statistics():
 def test_a_training_sequence_longer_than_max_steps_is_an_error():
     model = bn_lstm(max_steps=5)
     with pytest.raises(ValueError, match="longer than max_steps = 5"):
-        model(randn(6, 4, 3, seed=22))
+        model(randn(4, 6, 3, seed=22))
     model.eval()
-    assert model(randn(6, 4, 3, seed=22))[0].shape == (6, 4, 4)  # fine at test time
+    assert model(randn(4, 6, 3, seed=22))[0].shape == (4, 6, 4)  # fine at test time
 
 
 @pytest.mark.parametrize("gamma", [0.1, 0.5, 1.0])
@@ -219,10 +247,10 @@ def test_default_gamma_is_the_papers_0_1():
 
 def test_gradients_flow_to_every_parameter():
     model = bn_lstm(max_steps=6)
-    x = randn(6, 8, 3, seed=23)
+    x = randn(8, 6, 3, seed=23)
     state = (randn(8, 4, seed=24, scale=0.1), torch.zeros(8, 4, dtype=torch.float64))
     outputs, _ = model(x, state)
-    (outputs * randn(6, 8, 4, seed=25)).sum().backward()
+    (outputs * randn(8, 6, 4, seed=25)).sum().backward()
     names = {name for name, _ in model.named_parameters()}
     assert names == {
         "weight_x",
@@ -240,10 +268,10 @@ def test_gradients_flow_to_every_parameter():
 
 def test_gradients_reach_the_first_inputs():
     model = bn_lstm(max_steps=6)
-    x = randn(6, 8, 3, seed=26).requires_grad_(True)
+    x = randn(8, 6, 3, seed=26).requires_grad_(True)
     outputs, _ = model(x, (randn(8, 4, seed=27, scale=0.1), torch.zeros(8, 4).double()))
-    outputs[-1].sum().backward()
-    assert (x.grad[0].abs().sum() > 0).item()
+    outputs[:, -1].sum().backward()
+    assert (x.grad[:, 0].abs().sum() > 0).item()
 
 
 def test_initialisation_follows_the_papers_code():
@@ -257,19 +285,20 @@ def test_initialisation_follows_the_papers_code():
 
 
 def test_the_lstm_baseline_is_the_same_lstm_without_bn():
-    torch.manual_seed(3)
-    baseline = rbn.LSTM(3, 4).double()
+    with seeded(3):
+        baseline = rbn.LSTM(3, 4).double()
     lstm = baseline.lstm
-    x = randn(5, 6, 3, seed=28)
+    x = randn(6, 5, 3, seed=28)
     h, c = randn(6, 4, seed=29, scale=0.1), randn(6, 4, seed=30)
     outputs, (h_last, c_last) = baseline(x, (h, c))
+    assert outputs.shape == (6, 5, 4)
     # By hand, in torch's gate order (i, f, g, o).
     for t in range(5):
-        pre = x[t] @ lstm.weight_ih_l0.T + h @ lstm.weight_hh_l0.T + lstm.bias_ih_l0
+        pre = x[:, t] @ lstm.weight_ih_l0.T + h @ lstm.weight_hh_l0.T + lstm.bias_ih_l0
         i, f, g, o = pre.chunk(4, dim=1)
         c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
         h = torch.sigmoid(o) * torch.tanh(c)
-        assert torch.allclose(outputs[t], h, atol=1e-12)
+        assert torch.allclose(outputs[:, t], h, atol=1e-12)
     assert torch.allclose(h_last, h) and torch.allclose(c_last, c)
     # Same initialisation as the BN-LSTM: identity on the candidate block, forget bias 1.
     assert torch.equal(lstm.weight_hh_l0[8:12].detach(), torch.eye(4, dtype=torch.float64))
@@ -281,13 +310,13 @@ def test_the_lstm_baseline_is_the_same_lstm_without_bn():
 
 
 def test_bn_tanh_rnn_is_tanh_of_one_bn_on_the_summed_preactivation():
-    torch.manual_seed(0)
-    model = rbn.BNTanhRNN(2, 3, gamma=0.3).double()
-    x, h0 = randn(4, 5, 2, seed=31), randn(5, 3, seed=32, scale=0.1)
+    with seeded(0):
+        model = rbn.BNTanhRNN(2, 3, gamma=0.3).double()
+    x, h0 = randn(5, 4, 2, seed=31), randn(5, 3, seed=32, scale=0.1)
     states = model(x, h0)
     h = h0
     for t in range(4):
-        z = h @ torch.eye(3, dtype=torch.float64) + x[t] @ model.weight_x
+        z = h @ torch.eye(3, dtype=torch.float64) + x[:, t] @ model.weight_x
         mean, var = batch_stats(z)
         h = torch.tanh(0.3 * (z - mean) / torch.sqrt(var + EPS))
         assert torch.allclose(states[t + 1], h, atol=1e-12)
@@ -295,22 +324,25 @@ def test_bn_tanh_rnn_is_tanh_of_one_bn_on_the_summed_preactivation():
 
 
 def test_gradient_norms_are_those_of_autograd():
-    x, labels = torch.rand(6, 8, 1, generator=gen(33)), torch.arange(8) % 3
+    x, labels = torch.rand(8, 6, 1, generator=gen(33)), torch.arange(8) % 3
     norms = rbn.gradient_norms_through_time(x, labels, 0.4, hidden_size=5, n_classes=3, seed=2)
     assert norms.shape == (7,) and norms.dtype == torch.float64
-    # Recompute by hand with the same seed-fixed initialisation.
-    torch.manual_seed(2)
-    model = rbn.BNTanhRNN(1, 5, 0.4).double()
-    readout = torch.nn.Linear(5, 3).double()
-    torch.nn.init.orthogonal_(readout.weight)
-    torch.nn.init.zeros_(readout.bias)
-    h0 = (0.1 * torch.randn(8, 5, dtype=torch.float64)).requires_grad_(True)
+    # Recompute by hand with the same seed-fixed initialisation and noise.
+    with seeded(2):
+        model = rbn.BNTanhRNN(1, 5, 0.4).double()
+        readout = torch.nn.Linear(5, 3).double()
+        torch.nn.init.orthogonal_(readout.weight)
+        torch.nn.init.zeros_(readout.bias)
+    noise = torch.randn(8, 5, dtype=torch.float64, generator=generator(2))
+    h0 = (0.1 * noise).requires_grad_(True)
     states = model(x.double(), h0)
     for s in states:
         s.retain_grad()
     F.cross_entropy(readout(states[-1]), labels).backward()
     expected = torch.stack([s.grad.norm(dim=1).mean() for s in states])
     assert torch.allclose(norms, expected, atol=1e-14)
+    other = rbn.gradient_norms_through_time(x, labels, 0.4, hidden_size=5, n_classes=3, seed=3)
+    assert not torch.allclose(norms, other)  # the seed matters
 
 
 def test_gamma_one_makes_the_gradient_vanish_where_gamma_0_1_keeps_it():
@@ -343,13 +375,21 @@ def test_tanh_derivative_statistics():
 def test_pixel_sequences_read_one_pixel_per_step():
     images = torch.arange(12, dtype=torch.float32).reshape(3, 4)
     seq = rbn.pixel_sequences(images)
-    assert seq.shape == (4, 3, 1)
-    assert torch.equal(seq[:, 1, 0], images[1])
+    assert seq.shape == (3, 4, 1)
+    assert torch.equal(seq[1, :, 0], images[1])
     order = torch.tensor([2, 0, 3, 1])
-    assert torch.equal(rbn.pixel_sequences(images, order=order)[:, 2, 0], images[2, order])
+    assert torch.equal(rbn.pixel_sequences(images, order=order)[2, :, 0], images[2, order])
     longer = rbn.pixel_sequences(images, steps=6)
-    assert torch.equal(longer[:4], seq) and torch.equal(longer[4:], torch.zeros(2, 3, 1))
-    assert torch.equal(rbn.pixel_sequences(images, steps=2), seq[:2])
+    assert torch.equal(longer[:, :4], seq) and torch.equal(longer[:, 4:], torch.zeros(3, 2, 1))
+    assert torch.equal(rbn.pixel_sequences(images, steps=2), seq[:, :2])
+
+
+def test_standardize_steps_uses_the_reference_statistics_of_each_step():
+    reference = randn(40, 3, 2, seed=34, scale=2.0, shift=1.0)
+    x = randn(5, 3, 2, seed=35)
+    mean, var = reference.mean(0), reference.var(0, unbiased=False)
+    expected = (x - mean) / torch.sqrt(var + EPS)
+    assert torch.allclose(rbn.standardize_steps(x, reference), expected, atol=1e-12)
 
 
 def test_initial_state_noise():
@@ -362,15 +402,15 @@ def test_initial_state_noise():
 
 def test_estimate_population_statistics_sets_each_step_to_the_batch_statistics():
     model = rbn.SequenceClassifier(bn_lstm(max_steps=4)).double()
-    x = randn(4, 30, 3, seed=37)
+    x = randn(30, 4, 3, seed=37)
     model.eval()
     rbn.estimate_population_statistics(model, x)
     assert not model.training  # the mode is restored
     bn_x = model.rnn.bn_x
     assert bn_x.momentum == 0.1  # and so is the momentum
     inputs = x @ model.rnn.weight_x
-    assert torch.allclose(bn_x.running_mean, inputs.mean(1).detach(), atol=1e-12)
-    assert torch.allclose(bn_x.running_var, inputs.var(1, unbiased=True).detach(), atol=1e-12)
+    assert torch.allclose(bn_x.running_mean, inputs.mean(0).detach(), atol=1e-12)
+    assert torch.allclose(bn_x.running_var, inputs.var(0, unbiased=True).detach(), atol=1e-12)
     # With these statistics, evaluation on the same batch equals training-mode normalization
     # up to the biased/unbiased variance: close, not equal.
     train_logits = copy.deepcopy(model).train()(x)
@@ -379,49 +419,46 @@ def test_estimate_population_statistics_sets_each_step_to_the_batch_statistics()
 
 def tiny_task(n=256, steps=6, seed=38):
     """Class = whether the first input is positive; later inputs are noise: needs memory."""
-    x = torch.randn(steps, n, 1, generator=gen(seed))
-    y = (x[0, :, 0] > 0).long()
+    x = torch.randn(n, steps, 1, generator=gen(seed))
+    y = (x[:, 0, 0] > 0).long()
     return x, y
 
 
-@pytest.mark.parametrize("kind", rbn.MODELS)
-def test_training_learns_a_task_that_needs_memory(kind):
+@pytest.mark.parametrize("make", [rbn.lstm_classifier, rbn.bn_lstm_classifier])
+def test_training_learns_a_task_that_needs_memory(make):
     x, y = tiny_task()
-    val_x, val_y = tiny_task(seed=39)
-    run = rbn.train_classifier(
-        kind,
-        x,
-        y,
-        val_x,
-        val_y,
-        steps=120,
-        batch_size=32,
-        hidden_size=8,
-        eval_every=40,
-        population_size=64,
+    val = tiny_task(seed=39)
+    kwargs = {"max_steps": 6} if make is rbn.bn_lstm_classifier else {}
+    model = make(8, seed=1, **kwargs)
+    history = rbn.train_classifier(
+        model, x, y, {"val": val}, steps=120, batch_size=32, eval_every=40, population_size=64
     )
-    assert run.history["step"] == [40, 80, 120]
-    assert set(run.history) == {"step", "loss", "val_accuracy"}
-    assert run.history["val_accuracy"][-1] > 0.8  # chance is 0.5
-    assert run.updates_to_reach(0.8) is not None and run.updates_to_reach(1.01) is None
+    assert isinstance(history, History) and not history.diverged
+    assert history.steps == [40, 80, 120]
+    assert set(history.metrics) == {"loss", "val_accuracy"}
+    assert history.final("val_accuracy") > 0.8  # chance is 0.5
+    assert not model.training  # returned ready to be measured
 
 
-def test_fills_of_fresh_memory_are_restored_after_training():
-    from torch.utils import deterministic
+def test_a_run_follows_its_seed():
+    x, y = tiny_task(n=64, steps=4)
 
-    before = deterministic.fill_uninitialized_memory
-    x, y = tiny_task(n=16, steps=3)
-    rbn.train_classifier("bn-lstm", x, y, x, y, steps=2, batch_size=8, hidden_size=4, eval_every=1)
-    assert deterministic.fill_uninitialized_memory == before
+    def run(seed):
+        model = rbn.bn_lstm_classifier(4, 4, seed=seed)
+        history = rbn.train_classifier(
+            model, x, y, {"val": (x, y)}, steps=6, batch_size=16, eval_every=3, seed=seed
+        )
+        return history["loss"]
+
+    assert run(0) == run(0)
+    assert run(0) != run(1)
 
 
-def test_updates_to_reach_reads_the_history():
-    run = rbn.TrainingRun(
-        model=None, history={"step": [10, 20, 30], "val_accuracy": [0.5, 0.8, 0.7]}
-    )
-    assert run.updates_to_reach(0.8) == 20
-    assert run.updates_to_reach(0.5) == 10
-    assert run.updates_to_reach(0.9) is None
+def test_the_classifiers_follow_their_seed():
+    same = [rbn.lstm_classifier(4, seed=5).readout.weight for _ in range(2)]
+    assert torch.equal(*same)
+    other = rbn.bn_lstm_classifier(4, 3, seed=6).rnn.weight_h
+    assert not torch.equal(rbn.bn_lstm_classifier(4, 3, seed=5).rnn.weight_h, other)
 
 
 def test_statistics_drift_is_zero_for_constant_statistics_and_sees_a_jump():
@@ -436,85 +473,44 @@ def test_statistics_drift_is_zero_for_constant_statistics_and_sees_a_jump():
     assert torch.allclose(drift, torch.tensor([0, 0, 0.5, 0], dtype=torch.float64))
 
 
-# -- bad input ------------------------------------------------------------------------------------
+# -- bad input: one rejection per entry point ------------------------------------------------------
 
 
-@pytest.mark.parametrize(
-    ("kwargs", "error", "match"),
-    [
-        ({"gamma_init": 0.0}, ValueError, "gamma_init"),
-        ({"gamma_init": -0.1}, ValueError, "gamma_init"),
-        ({"gamma_init": float("nan")}, ValueError, "gamma_init"),
-        ({"gamma_init": "0.1"}, TypeError, "gamma_init"),
-        ({"hidden_size": 0}, ValueError, "hidden_size"),
-        ({"hidden_size": 2.5}, TypeError, "hidden_size"),
-        ({"max_steps": 0}, ValueError, "max_steps"),
-        ({"input_size": True}, TypeError, "input_size"),
-    ],
-)
-def test_bad_hyper_parameters_are_rejected(kwargs, error, match):
-    arguments = {"input_size": 1, "hidden_size": 4, "max_steps": 8, **kwargs}
-    with pytest.raises(error, match=match):
-        rbn.BNLSTM(**arguments)
+def test_bn_lstm_rejects_bad_hyper_parameters():
+    with pytest.raises(ValueError, match="gamma_init"):
+        rbn.BNLSTM(1, 4, 8, gamma_init=0.0)
 
 
-@pytest.mark.parametrize("shape", [(5, 4), (5, 4, 2), (0, 4, 3), (5, 4, 3, 1)])
-def test_bad_input_shapes_are_rejected(shape):
-    model = bn_lstm()
-    with pytest.raises(ValueError, match=r"shape \(T, B, input_size\)"):
-        model(torch.zeros(shape, dtype=torch.float64))
-
-
-def test_integer_inputs_are_rejected():
-    with pytest.raises(TypeError, match="floating-point"):
-        bn_lstm()(torch.zeros(2, 3, 3, dtype=torch.long))
-
-
-def test_bad_states_are_rejected():
-    model = bn_lstm()
-    x = randn(2, 3, 3, seed=40)
-    with pytest.raises(ValueError, match=r"state h must have shape \(B, H\) = \(3, 4\)"):
-        model(x, (torch.zeros(3, 5).double(), torch.zeros(3, 4).double()))
-    with pytest.raises(TypeError, match="pair"):
-        model(x, torch.zeros(3, 4).double())
-
-
-def test_a_batch_of_one_cannot_be_normalized_in_training():
-    with pytest.raises(ValueError, match="at least 2 examples"):
-        bn_lstm()(randn(2, 1, 3, seed=41))
-
-
-def test_stepwise_batch_norm_rejects_bad_input():
-    bn = rbn.StepwiseBatchNorm(4, max_steps=3)
-    with pytest.raises(ValueError, match=r"shape \(B, 4\)"):
-        bn(torch.zeros(5, 3), 0)
-    with pytest.raises(ValueError, match="time step"):
-        bn(torch.zeros(5, 4), -1)
-    with pytest.raises(ValueError, match="longer than max_steps = 3"):
-        bn(torch.zeros(5, 4), 3)
+def test_stepwise_batch_norm_rejects_bad_hyper_parameters():
     with pytest.raises(ValueError, match="momentum"):
         rbn.StepwiseBatchNorm(4, 3, momentum=1.5)
     with pytest.raises(ValueError, match=r"steps must lie in \[1, 3\]"):
-        bn.keep_first_steps(4)
+        rbn.StepwiseBatchNorm(4, 3).keep_first_steps(4)
 
 
-def test_other_bad_arguments_are_rejected():
-    with pytest.raises(ValueError, match="kind must be one of lstm, bn-lstm"):
-        rbn.make_classifier("gru")
+def test_bad_sequences_and_states_are_rejected():
+    model = bn_lstm()
+    with pytest.raises(ValueError, match=r"x must have shape \(B, T, D\) with D = 3"):
+        model(torch.zeros(4, 5, 2, dtype=torch.float64))
+    with pytest.raises(TypeError, match="floating-point"):
+        rbn.LSTM(3, 4)(torch.zeros(2, 3, 3, dtype=torch.long))
+    with pytest.raises(ValueError, match=r"state h must have shape \(B, H\)"):
+        model(randn(3, 2, 3, seed=40), (torch.zeros(3, 5).double(), torch.zeros(3, 4).double()))
+    with pytest.raises(ValueError, match="at least 2 examples"):
+        model(randn(1, 2, 3, seed=41))
+
+
+def test_other_entry_points_reject_bad_arguments():
     with pytest.raises(ValueError, match="permutation"):
         rbn.pixel_sequences(torch.zeros(2, 4), order=torch.tensor([0, 0, 1, 2]))
-    with pytest.raises(ValueError, match=r"shape \(N, P\)"):
-        rbn.pixel_sequences(torch.zeros(4))
     with pytest.raises(ValueError, match="noise"):
         rbn.initial_state(2, 3, -0.1)
+    with pytest.raises(ValueError, match=r"x must have shape \(B, T, D\) with T = 4"):
+        rbn.standardize_steps(torch.zeros(2, 3, 1), torch.zeros(5, 4, 1))
     with pytest.raises(ValueError, match="labels"):
-        rbn.gradient_norms_through_time(torch.rand(4, 3, 1), torch.zeros(2).long(), 0.1)
+        rbn.gradient_norms_through_time(torch.rand(3, 4, 1), torch.zeros(2).long(), 0.1)
     with pytest.raises(ValueError, match="gamma"):
-        rbn.gradient_norms_through_time(torch.rand(4, 3, 1), torch.zeros(3).long(), 0.0)
-    with pytest.raises(ValueError, match="h0_noise"):
-        rbn.gradient_norms_through_time(
-            torch.rand(4, 3, 1), torch.zeros(3).long(), 0.1, h0_noise=-1
-        )
+        rbn.BNTanhRNN(1, 3, gamma=-1.0)
     x, y = tiny_task(n=8, steps=2)
     with pytest.raises(ValueError, match="lr"):
-        rbn.train_classifier("lstm", x, y, x, y, steps=1, batch_size=4, lr=0.0)
+        rbn.train_classifier(rbn.lstm_classifier(4), x, y, {}, steps=1, batch_size=4, lr=0.0)

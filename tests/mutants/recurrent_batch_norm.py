@@ -1,0 +1,44 @@
+"""Broken variants of the BN-LSTM's per-step statistics (papernotes.recurrent_batch_norm).
+
+Each function patches StepwiseBatchNorm in place, so the BN-LSTM and every helper that goes
+through it (training, population estimates, the statistics cut) see the bug. `make mutants`
+executes the chapter once per mutant and requires a claim to fail.
+"""
+
+from papernotes import recurrent_batch_norm as m
+
+_remember = m.StepwiseBatchNorm.remember
+
+
+def shared_statistics():
+    """One set of population statistics for every time step, as a plain BatchNorm reused at each
+    step keeps: every step updates row 0, and evaluation reads row 0 at every step."""
+
+    def remember(self, rows, mean, variance, batch):
+        if isinstance(rows, slice):  # several steps at once: one after the other, as a loop would
+            for step_mean, step_variance in zip(mean, variance, strict=True):
+                _remember(self, 0, step_mean, step_variance, batch)
+        else:
+            _remember(self, 0, mean, variance, batch)
+
+    m.StepwiseBatchNorm.remember = remember
+    m.StepwiseBatchNorm.statistics_step = lambda self, t: 0
+
+
+def population_statistics_never_estimated():
+    """The population statistics are never updated: evaluation normalizes with the initial
+    buffers (mean 0, variance 1) at every step."""
+    m.StepwiseBatchNorm.remember = lambda self, rows, mean, variance, batch: None
+
+
+def steps_beyond_t_max_reuse_step_0():
+    """A step beyond the last one with statistics of its own reuses step 0's statistics instead
+    of step T_max's."""
+    m.StepwiseBatchNorm.statistics_step = lambda self, t: t if t < self.max_steps else 0
+
+
+MUTANTS = [
+    shared_statistics,
+    population_statistics_never_estimated,
+    steps_beyond_t_max_reuse_step_0,
+]
