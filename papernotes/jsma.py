@@ -27,8 +27,8 @@ hardness and distance measures.
    $\sum_{j \neq t} \partial F_j / \partial x_i < 0$, else
    $|\partial F_t / \partial x_i| \sum_{j \neq t} \partial F_j / \partial x_i$.
 
-3. **Pairs of features.** Few single features pass both conditions, so the attack scores pairs
-   $(p, q)$ of the search domain $\Gamma$ with
+3. **Pairs of features.** On MNIST few single features pass both conditions, so the attack
+   scores pairs $(p, q)$ of the search domain $\Gamma$ with
    $\alpha = \sum_{i \in \{p, q\}} \partial F_t / \partial x_i$ and
    $\beta = \sum_{i \in \{p, q\}} \sum_{j \neq t} \partial F_j / \partial x_i$, and takes the pair
    with $\alpha > 0$, $\beta < 0$ (increasing; $\alpha < 0$, $\beta > 0$ decreasing) that
@@ -41,7 +41,9 @@ hardness and distance measures.
    to the chosen pair, clip to the input range, and drop from $\Gamma$ a feature that reached
    the bound ($\theta = +1$ sets a pixel to 1 and $\theta = -1$ to 0, each in one step).
    Recompute the forward derivative and repeat. A run stops, and fails, when no pair of $\Gamma$
-   passes the conditions.
+   passes the conditions. Two variants share the loop: the single-feature ablation
+   (`pairs=False`: one feature a step, by $S(X, t)$, with the same budget in features) and the
+   random baseline (`random_pairs`: pairs drawn uniformly from $\Gamma$).
 
 5. **Hardness and distance.** The hardness of a source-target pair is the area under the curve
    of the average distortion $\varepsilon$ of successful samples against the success rate
@@ -53,6 +55,9 @@ hardness and distance measures.
    The adversarial distance of an input to a class counts the features with a useful saliency,
    $A(X, t) = 1 - \frac{1}{M} \sum_i 1[S(X, t)_i > 0]$, and the robustness of a network is
    $R(F) = \min_t \mathbb{E}_X[A(X, t)]$.
+
+6. **The networks under attack**: the chapter's perceptron and a small CNN, trained with Adam
+   through the book's loop.
 
 Arguments are checked where they enter (`forward_derivative`, `saliency_map`, `jsma`,
 `random_pairs`, `adversarial_distance`, `hardness`, `train_classifier`); the helpers below them
@@ -121,8 +126,8 @@ def _check_attack(model, x, target, theta, max_distortion, clip):
 def forward_derivative(model: nn.Module, x: torch.Tensor) -> torch.Tensor:
     """The Jacobian of the model's logits with respect to its input, (B, classes, features).
 
-    One backward pass per class; each example's logits depend on that example only (the model
-    is used in eval mode), so summing a class's logit over the batch gives every row at once.
+    One backward pass per class: each example's logits depend on that example only (no batch
+    statistics), so the gradient of a class's logit summed over the batch gives every row.
     """
     _check_inputs(x)
     return _jacobian(model, x)
@@ -290,20 +295,23 @@ def random_pairs(
 
 
 def _attack(model, x, target, theta, budget, low, high, choose, derivative=True) -> Attack:
+    """The loop shared by the attack, its ablation and the random baseline, on a whole batch;
+    `choose(jacobian, target, domain, increase)` returns the features to change and whether it
+    found any."""
     x_adv = x.detach().clone()
-    domain = search_domain(x_adv, theta, low, high)
+    domain = search_domain(x_adv, theta, low, high)  # Gamma: what can still move
     with torch.no_grad():
         success = model(x_adv).argmax(1) == target
     active = ~success & domain.any(1)
-    for _ in range(budget):
-        rows = active.nonzero().squeeze(1)
+    for _ in range(budget):  # floor(M * Upsilon / 2) pairs at most
+        rows = active.nonzero().squeeze(1)  # the examples still under way
         if len(rows) == 0:
             break
-        jacobian = _jacobian(model, x_adv[rows]) if derivative else None
+        jacobian = _jacobian(model, x_adv[rows]) if derivative else None  # at the current X*
         chosen, found = choose(jacobian, target[rows], domain[rows], theta > 0)
         moved = (x_adv[rows] + theta * chosen).clamp(low, high)
         x_adv[rows] = moved
-        domain[rows] = search_domain(moved, theta, low, high) & domain[rows]
+        domain[rows] = search_domain(moved, theta, low, high) & domain[rows]  # saturated: out
         with torch.no_grad():
             success[rows] = model(moved).argmax(1) == target[rows]
         active[rows] = found & ~success[rows] & domain[rows].any(1)
@@ -330,8 +338,8 @@ def hardness(success_rates, distortions) -> float:
     """H(s, t): the area under the average distortion of successful samples against the
     success rate, over increasing budgets, by the trapezoidal rule.
 
-    Budgets at which nothing succeeded yet have no average distortion; they are left out (the
-    success rate does not move between them, so they add no area).
+    Budgets at which nothing succeeded yet have no average distortion: the curve starts at the
+    first budget with a success.
     """
     tau = torch.as_tensor(success_rates, dtype=torch.float64)
     eps = torch.as_tensor(distortions, dtype=torch.float64)
