@@ -1,0 +1,64 @@
+"""Broken variants of the self-normalizing network's mechanism (papernotes.selu).
+
+Each function patches the module in place; the chapter, run with the patch, must stop on its
+claim check. The module's functions read `ALPHA`, `LAMBDA`, `lecun_normal_`,
+`alpha_dropout_affine` and `alpha_dropout` from its globals when called, so the activation, the
+moment map, the random networks and the trained SNN all see the patch.
+"""
+
+import math
+
+import torch
+
+from papernotes import selu as m
+
+
+def he_initialisation():
+    """Weights are drawn with variance 2/n (He, made for ReLU) instead of LeCun's 1/n."""
+
+    def lecun_normal_(tensor, *, generator=None):
+        fan_in = tensor[0].numel()
+        with torch.no_grad():
+            return tensor.normal_(0.0, math.sqrt(2.0 / fan_in), generator=generator)
+
+    m.lecun_normal_ = lecun_normal_
+
+
+def drop_rate_where_the_keep_probability_belongs():
+    """Alpha-dropout's (a, b) are computed with q = p, the drop rate, instead of q = 1 - p."""
+
+    def alpha_dropout_affine(p):
+        q = p
+        saturation = -m.LAMBDA * m.ALPHA
+        a = (q + saturation**2 * q * (1 - q)) ** -0.5
+        return a, -a * (1 - q) * saturation
+
+    m.alpha_dropout_affine = alpha_dropout_affine
+
+
+def lambda_rounded_to_one():
+    """The SELU scale lambda is 1 (an ELU with alpha = 1.6733) instead of 1.0507."""
+    m.LAMBDA = 1.0
+
+
+def alpha_of_an_elu():
+    """The SELU alpha is 1, an ELU's, instead of 1.6733."""
+    m.ALPHA = 1.0
+
+
+def plain_dropout_for_alpha_dropout():
+    """Alpha-dropout is standard inverted dropout: dropped units go to 0, the rest scale by 1/q."""
+
+    def alpha_dropout(x, p, training=True, generator=None):
+        return m.plain_dropout(x, p, training=training, generator=generator)
+
+    m.alpha_dropout = alpha_dropout
+
+
+MUTANTS = [
+    he_initialisation,
+    drop_rate_where_the_keep_probability_belongs,
+    lambda_rounded_to_one,
+    alpha_of_an_elu,
+    plain_dropout_for_alpha_dropout,
+]
