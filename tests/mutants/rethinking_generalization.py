@@ -1,0 +1,60 @@
+"""Broken variants of the randomization tests and the Theorem 1 construction
+(papernotes.rethinking_generalization).
+
+Each function patches the module in place; the chapter, run with the patch, must stop on its
+claim check. The module's own calls look these names up in its globals (and `RandomizedDigits`
+up in its class), so the chapter's runs and constructions all see the patch.
+"""
+
+from papernotes import rethinking_generalization as m
+
+
+def labels_redrawn_every_epoch():
+    """The label corruption is drawn afresh each epoch (a random target transform), not once."""
+
+    def epoch(self):
+        return self.train_x, m.corrupt_labels(self.clean_y, self.corruption, self.num_classes)
+
+    m.RandomizedDigits.epoch = epoch
+
+
+def half_the_asked_corruption():
+    """Each label is replaced with probability p / 2 instead of p."""
+    right = m.replace_labels
+
+    def replace_labels(labels, fraction, num_classes, generator=None):
+        return right(labels, fraction / 2, num_classes, generator)
+
+    m.replace_labels = replace_labels
+
+
+def corruption_never_changes_a_label():
+    """The corruption returns the labels untouched, whatever p."""
+
+    def replace_labels(labels, fraction, num_classes, generator=None):
+        return labels.clone()
+
+    m.replace_labels = replace_labels
+
+
+def biases_not_interleaved():
+    """Every bias sits below the first projection, so A is full (rank 2), not lower triangular."""
+    m.interleaved_biases = m.biases_below_the_points
+
+
+def labels_left_behind_by_the_sort():
+    """The projections are sorted but the labels keep their original order."""
+
+    def sort_by_projection(z, y):
+        return z.sort().values, y
+
+    m.sort_by_projection = sort_by_projection
+
+
+MUTANTS = [
+    labels_redrawn_every_epoch,
+    half_the_asked_corruption,
+    corruption_never_changes_a_label,
+    biases_not_interleaved,
+    labels_left_behind_by_the_sort,
+]

@@ -1,0 +1,271 @@
+"""Tests of papernotes.rethinking_generalization: label corruption, input randomizations, the
+randomization test's loop, and the Theorem 1 construction."""
+
+import math
+
+import pytest
+import torch
+
+from conftest import gen, randn
+from papernotes import rethinking_generalization as rg
+from papernotes.training import accuracy
+
+# -- corrupt_labels -------------------------------------------------------------------------------
+
+
+def binomial_tolerance(n, p, sds=5):
+    return sds * math.sqrt(p * (1 - p) / n)
+
+
+@pytest.mark.parametrize("fraction", [0.1, 0.3, 0.75])
+def test_corruption_changes_about_the_asked_fraction(fraction):
+    # With C classes a replaced label draws its own class again with probability 1/C.
+    n, classes = 100_000, 10
+    labels = torch.randint(classes, (n,), generator=gen(1))
+    corrupted = rg.corrupt_labels(labels, fraction, classes, gen(2))
+    expected = fraction * (1 - 1 / classes)
+    changed = (corrupted != labels).double().mean().item()
+    assert abs(changed - expected) < binomial_tolerance(n, expected)
+
+
+def test_corruption_keeps_the_rest_and_leaves_the_input_alone():
+    # With 1000 classes nearly every replaced label changes, so the unchanged ones are the kept.
+    n, classes, fraction = 50_000, 1000, 0.3
+    labels = torch.randint(classes, (n,), generator=gen(3))
+    before = labels.clone()
+    corrupted = rg.corrupt_labels(labels, fraction, classes, gen(4))
+    assert torch.equal(labels, before)
+    kept = (corrupted == labels).double().mean().item()
+    assert abs(kept - (1 - fraction)) < binomial_tolerance(n, 1 - fraction) + 1e-3
+
+
+def test_replaced_labels_are_uniform_over_the_classes():
+    n, classes = 100_000, 10
+    corrupted = rg.corrupt_labels(torch.zeros(n, dtype=torch.int64), 1.0, classes, gen(5))
+    frequencies = torch.bincount(corrupted, minlength=classes).double() / n
+    assert (frequencies - 1 / classes).abs().max() < binomial_tolerance(n, 1 / classes)
+
+
+def test_no_corruption_is_the_identity_and_one_draw_is_reproducible():
+    labels = torch.randint(10, (1000,), generator=gen(6))
+    assert torch.equal(rg.corrupt_labels(labels, 0.0, 10, gen(7)), labels)
+    assert torch.equal(
+        rg.corrupt_labels(labels, 0.5, 10, gen(8)), rg.corrupt_labels(labels, 0.5, 10, gen(8))
+    )
+
+
+def test_corrupt_labels_rejects_bad_arguments():
+    labels = torch.randint(10, (100,), generator=gen(9))
+    with pytest.raises(ValueError, match="fraction"):
+        rg.corrupt_labels(labels, 1.5, 10)
+    with pytest.raises(ValueError, match="labels"):
+        rg.corrupt_labels(labels.reshape(10, 10), 0.5, 10)
+    with pytest.raises(ValueError, match="labels must lie in"):
+        rg.corrupt_labels(labels + 5, 0.5, 10)
+
+
+# -- randomize_inputs -----------------------------------------------------------------------------
+
+
+def numbered_images(n=40, d=64):
+    """x[i, j] = i * d + j: every pixel value names its image and its position."""
+    return torch.arange(n * d, dtype=torch.float64).reshape(n, d)
+
+
+def test_shuffled_pixels_apply_one_permutation_to_every_image():
+    x = numbered_images()
+    shuffled = rg.randomize_inputs(x, "shuffled_pixels", gen(10))
+    positions = (shuffled - x[:, :1]).long()  # the original column of every pixel
+    assert torch.equal(positions, positions[:1].expand_as(positions))
+    assert torch.equal(positions[0].sort().values, torch.arange(x.shape[1]))
+    assert not torch.equal(positions[0], torch.arange(x.shape[1]))
+
+
+def test_random_pixels_permute_each_image_on_its_own():
+    x = numbered_images()
+    shuffled = rg.randomize_inputs(x, "random_pixels", gen(11))
+    assert torch.equal(shuffled.sort(dim=1).values, x)  # each row keeps its own pixels
+    positions = (shuffled - x[:, :1]).long()
+    assert len({tuple(row.tolist()) for row in positions}) == len(x)  # all permutations differ
+
+
+def test_gaussian_inputs_match_the_mean_and_variance_and_forget_the_images():
+    x = 0.3 + 2.0 * randn(500, 64, seed=12).abs()
+    noise = rg.randomize_inputs(x, "gaussian", gen(13))
+    assert noise.shape == x.shape and noise.dtype == x.dtype
+    assert abs(noise.mean() - x.mean()) < 0.02 and abs(noise.std() / x.std() - 1) < 0.02
+    correlation = torch.corrcoef(torch.stack([noise.flatten(), x.flatten()]))[0, 1]
+    assert abs(correlation) < 0.02
+    assert (noise < x.min()).any()  # Gaussian tails, not a rearrangement of x's values
+
+
+def test_randomize_inputs_rejects_bad_arguments():
+    with pytest.raises(ValueError, match="mode"):
+        rg.randomize_inputs(numbered_images(), "flipped_pixels")
+    with pytest.raises(ValueError, match="x"):
+        rg.randomize_inputs(torch.zeros(4, 8, 8), "gaussian")
+
+
+# -- the randomized data set and the loop ---------------------------------------------------------
+
+
+def small_digits(n=60, m=30, d=16, classes=4, seed=14):
+    x = torch.rand(n + m, d, generator=gen(seed))
+    y = torch.randint(classes, (n + m,), generator=gen(seed + 1))
+    return x[:n], y[:n], x[n:], y[n:]
+
+
+def test_a_randomized_set_is_drawn_once_and_served_every_epoch():
+    train_x, train_y, test_x, test_y = small_digits()
+    data = rg.RandomizedDigits(train_x, train_y, test_x, test_y, corruption=1.0,
+                               inputs="random_pixels", num_classes=4, seed=3)  # fmt: skip
+    first, second = data.epoch(), data.epoch()
+    assert torch.equal(first[0], second[0]) and torch.equal(first[1], second[1])
+    assert torch.equal(data.test_y, test_y)  # test labels stay true
+    assert data.changed_fraction == (data.train_y != train_y).double().mean().item() > 0.5
+
+
+def test_shuffled_pixels_use_the_same_permutation_on_the_test_images():
+    train_x, train_y, test_x, test_y = small_digits()
+    data = rg.RandomizedDigits(train_x, train_y, test_x, test_y, inputs="shuffled_pixels",
+                               num_classes=4, seed=5)  # fmt: skip
+    perm = [int((train_x[0] == v).nonzero()) for v in data.train_x[0]]
+    assert torch.equal(data.train_x, train_x[:, perm])
+    assert torch.equal(data.test_x, test_x[:, perm])
+    assert torch.equal(data.train_y, train_y)
+
+
+def test_randomized_digits_rejects_bad_arguments():
+    train_x, train_y, test_x, test_y = small_digits()
+    with pytest.raises(ValueError, match="inputs"):
+        rg.RandomizedDigits(train_x, train_y, test_x, test_y, inputs="noise")
+    with pytest.raises(ValueError, match="corruption"):
+        rg.RandomizedDigits(train_x, train_y, test_x, test_y, corruption=-0.1)
+    with pytest.raises(ValueError, match="test_x"):
+        rg.RandomizedDigits(train_x, train_y, test_x[:, :8], test_y)
+
+
+def test_the_loop_measures_every_epoch_and_stops_at_the_first_perfect_one():
+    train_x, train_y, test_x, test_y = small_digits()
+    data = rg.RandomizedDigits(train_x, train_y, test_x, test_y, corruption=1.0, num_classes=4)
+    run = rg.randomization_test(data, seed=0, max_epochs=200, batch_size=10, hidden=64, lr=3e-3)
+    assert run.updates_per_epoch == 6
+    assert run.history.steps == [6 * e for e in range(1, len(run.history.steps) + 1)]
+    assert run.epochs == list(range(1, len(run.epochs) + 1))
+    curve = run.history["train_accuracy"]
+    assert run.epochs_to_fit == len(curve) and curve[-1] == 1.0 and max(curve[:-1]) < 1.0
+    with torch.no_grad():  # measured on the whole training set, against its random labels
+        assert run.train_accuracy == accuracy(run.model(data.train_x), data.train_y)
+        assert run.test_accuracy == accuracy(run.model(test_x), test_y)
+
+
+def test_a_run_that_never_fits_reports_none():
+    train_x, train_y, test_x, test_y = small_digits()
+    data = rg.RandomizedDigits(train_x, train_y, test_x, test_y, corruption=1.0, num_classes=4)
+    run = rg.randomization_test(data, max_epochs=2, batch_size=10, hidden=8)
+    assert run.epochs_to_fit is None and len(run.epochs) == 2
+
+
+def test_randomization_test_rejects_bad_arguments():
+    train_x, train_y, test_x, test_y = small_digits()
+    data = rg.RandomizedDigits(train_x, train_y, test_x, test_y, num_classes=4)
+    with pytest.raises(TypeError, match="data"):
+        rg.randomization_test((train_x, train_y))
+    with pytest.raises(ValueError, match="batch_size"):
+        rg.randomization_test(data, batch_size=100)
+    with pytest.raises(ValueError, match="max_epochs"):
+        rg.randomization_test(data, max_epochs=0)
+
+
+def test_distinct_subset_drops_duplicates_before_drawing():
+    x = torch.tensor([[0.0, 1.0], [2.0, 3.0], [0.0, 1.0], [4.0, 5.0], [2.0, 3.0]])
+    y = torch.tensor([0, 1, 2, 3, 4])
+    assert rg.first_occurrences(x).tolist() == [0, 1, 3]
+    sub_x, sub_y = rg.distinct_subset(x, y, 3, gen(15))
+    assert torch.equal(sub_x, x[[0, 1, 3]]) and sub_y.tolist() == [0, 1, 3]
+    with pytest.raises(ValueError, match="n must be at most the 3 distinct"):
+        rg.distinct_subset(x, y, 4)
+
+
+# -- Theorem 1: finite-sample expressivity ---------------------------------------------------------
+
+
+@pytest.mark.parametrize(("n", "d"), [(1, 3), (2, 1), (50, 1), (40, 64), (200, 10)])
+def test_the_construction_fits_random_labellings_of_random_points(n, d):
+    x = randn(n, d, seed=n + d)
+    for y in (torch.randint(10, (n,), generator=gen(n)).double(), randn(n, seed=d, scale=5.0)):
+        net = rg.finite_sample_expressivity(x, y, gen(d))
+        assert rg.parameter_count(net) == 2 * n + d
+        assert rg.max_fit_error(net, x, y) < 1e-6  # rounding only: a wrong fit is off by units
+
+
+def test_the_network_is_the_papers_two_layer_relu_network():
+    x = randn(30, 5, seed=16)
+    y = randn(30, seed=17)
+    net = rg.finite_sample_expressivity(x, y, gen(18))
+    a, b, w = (p.detach() for p in (net.a, net.b, net.w))
+    assert a.shape == (5,) and b.shape == (30,) and w.shape == (30,)
+    probe = randn(7, 5, seed=19)
+    by_hand = torch.stack(
+        [sum(w[j] * max((probe[i] @ a - b[j]).item(), 0.0) for j in range(30)) for i in range(7)]
+    )
+    assert torch.allclose(net(probe), by_hand, atol=1e-9, rtol=1e-9)
+
+
+def test_the_biases_interleave_the_projections_and_make_A_lower_triangular():
+    x = randn(25, 4, seed=20)
+    net = rg.finite_sample_expressivity(x, randn(25, seed=21), gen(22))
+    z = (x @ net.a.detach()).sort().values
+    b = net.b.detach()
+    assert (b < z).all() and (b[1:] > z[:-1]).all()  # b_1 < z_1 < b_2 < ... < b_n < z_n
+    A = rg.hidden_units(z, b)
+    assert torch.equal(A, A.tril()) and (A.diagonal() > 0).all()
+
+
+def test_interleaved_biases_and_output_weights_on_a_hand_example():
+    z = torch.tensor([0.0, 1.0, 3.0], dtype=torch.float64)
+    b = rg.interleaved_biases(z)
+    assert b.tolist() == [-0.5, 0.5, 2.0]
+    A = rg.hidden_units(z, b)  # [[0.5, 0, 0], [1.5, 0.5, 0], [3.5, 2.5, 1]]
+    assert A.tolist() == [[0.5, 0.0, 0.0], [1.5, 0.5, 0.0], [3.5, 2.5, 1.0]]
+    w = rg.output_weights(A, torch.tensor([1.0, 0.0, 2.0], dtype=torch.float64))
+    assert torch.allclose(w, torch.tensor([2.0, -6.0, 10.0], dtype=torch.float64))
+
+
+def test_the_construction_refuses_duplicate_points_with_different_labels():
+    x = randn(10, 3, seed=23)
+    x[7] = x[2]
+    y = torch.arange(10, dtype=torch.float64)
+    with pytest.raises(ValueError, match=r"duplicate points with different labels: rows 2 and 7"):
+        rg.finite_sample_expressivity(x, y)
+
+
+def test_duplicate_points_with_one_label_count_once():
+    x = randn(10, 3, seed=24)
+    x[7] = x[2]
+    y = torch.arange(10, dtype=torch.float64)
+    y[7] = y[2]
+    net = rg.finite_sample_expressivity(x, y, gen(25))
+    assert rg.parameter_count(net) == 2 * 9 + 3
+    assert rg.max_fit_error(net, x, y) < 1e-9
+
+
+def test_the_construction_rejects_bad_shapes():
+    with pytest.raises(ValueError, match="x"):
+        rg.finite_sample_expressivity(randn(10, seed=26), randn(10, seed=27))
+    with pytest.raises(ValueError, match="y"):
+        rg.finite_sample_expressivity(randn(10, 3, seed=28), randn(9, seed=29))
+    with pytest.raises(TypeError, match="x"):
+        rg.finite_sample_expressivity(torch.ones(4, 2, dtype=torch.int64), randn(4, seed=30))
+
+
+def test_the_ablation_without_interleaving_fits_affine_functions_of_z_only():
+    x = randn(60, 5, seed=31)
+    random_labels = torch.randint(10, (60,), generator=gen(32)).double()
+    ablation = rg.least_squares_network(x, random_labels, rg.biases_below_the_points, gen(33))
+    assert rg.parameter_count(ablation) == 2 * 60 + 5
+    assert rg.max_fit_error(ablation, x, random_labels) > 0.5
+    z = x @ rg.projection_direction(x, gen(33))
+    affine = 3.0 * z + 1.0  # the ablation's A = z 1^T - 1 b^T has rank 2: affine in z it can do
+    ablation = rg.least_squares_network(x, affine, rg.biases_below_the_points, gen(33))
+    assert rg.max_fit_error(ablation, x, affine) < 1e-8
