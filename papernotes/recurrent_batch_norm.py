@@ -108,7 +108,9 @@ class StepwiseBatchNorm(nn.Module):
         return min(t, self.max_steps - 1)
 
     def forward(self, z: torch.Tensor, t: int) -> torch.Tensor:
-        """BN of step t's pre-activations z (B, F), t counted from 0."""
+        """BN(z_t) = beta + gamma * (z_t - mean_t) / sqrt(var_t + eps) for step t's
+        pre-activations z (B, F), t counted from 0: the minibatch's mean and biased variance in
+        training, row statistics_step(t) of the population estimates in evaluation."""
         if self.training:
             mean, variance = batch_norm.batch_statistics(z)  # mu_B, sigma^2_B of step t
             self.remember(t, mean, variance, len(z))
