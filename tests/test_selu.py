@@ -152,6 +152,13 @@ def test_moment_map_rejects_a_non_positive_variance():
         selu.moment_map(0.0, 1.0, 0.0, torch.tensor([1.0, -1.0]))
 
 
+def test_jacobian_and_iterates_reject_bad_arguments():
+    with pytest.raises(ValueError, match="nu must be positive"):
+        selu.moment_map_jacobian(0.0, -1.0)
+    with pytest.raises(ValueError, match="steps must be an integer >= 0"):
+        selu.iterate_moment_map(0.0, 1.0, -1)
+
+
 # -- LeCun-normal initialisation ------------------------------------------------------------------
 
 
