@@ -140,6 +140,8 @@ def distinct_subset(
 
 def first_occurrences(x: torch.Tensor) -> torch.Tensor:
     """Indices of the first copy of each distinct row of x, in order."""
+    if len(x) == 0:
+        return torch.zeros(0, dtype=torch.int64)
     _, inverse = torch.unique(x, dim=0, return_inverse=True)
     first = torch.full((int(inverse.max()) + 1,), len(x), dtype=torch.int64)
     first.scatter_reduce_(0, inverse, torch.arange(len(x)), reduce="amin")
@@ -334,6 +336,10 @@ def finite_sample_expressivity(
     """
     n, d = checks.tensor("x", x, "(n, d)", dtype="floating").values()
     checks.tensor("y", y, "(n,)", n=n)
+    if n == 0 or d == 0:
+        raise ValueError(
+            f"x must hold at least one point of at least one coordinate; got {n} x {d}"
+        )
     x, y = x.double(), y.double()
     if not (torch.isfinite(x).all() and torch.isfinite(y).all()):
         raise ValueError("x and y must be finite")
@@ -346,11 +352,15 @@ def finite_sample_expressivity(
             "network) takes two values at one point"
         )
     keep = first_occurrences(x)
-    x, y = x[keep], y[keep]
-    a = projection_direction(x, generator)
-    z, y = sort_by_projection(x @ a, y)
-    b = interleaved_biases(z)
-    w = output_weights(hidden_units(z, b), y)
+    return theorem_1_network(x[keep], y[keep], generator)
+
+
+def theorem_1_network(x, y, generator=None) -> TwoLayerReLU:
+    """The construction on distinct points x (n, d) with values y (n,), both float64."""
+    a = projection_direction(x, generator)  # z_i = <a, x_i> distinct
+    z, y = sort_by_projection(x @ a, y)  # z_1 < z_2 < ... < z_n
+    b = interleaved_biases(z)  # b_1 < z_1 < b_2 < ... < b_n < z_n
+    w = output_weights(hidden_units(z, b), y)  # w = A^{-1} y, A_ij = max(z_i - b_j, 0)
     return TwoLayerReLU(a, b, w)
 
 

@@ -257,6 +257,8 @@ def test_the_construction_rejects_bad_shapes():
         rg.finite_sample_expressivity(randn(10, 3, seed=28), randn(9, seed=29))
     with pytest.raises(TypeError, match="x"):
         rg.finite_sample_expressivity(torch.ones(4, 2, dtype=torch.int64), randn(4, seed=30))
+    with pytest.raises(ValueError, match="at least one point"):
+        rg.finite_sample_expressivity(torch.zeros(0, 3, dtype=torch.float64), torch.zeros(0))
 
 
 def test_the_ablation_without_interleaving_fits_affine_functions_of_z_only():
