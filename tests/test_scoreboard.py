@@ -43,12 +43,13 @@ def test_the_summary_counts_every_status_and_each_chapter_gets_a_table(tmp_path)
     assert f"{1 + len(others)} reproduced, 1 reproduced as a scaled-down analog" in page
     assert "1 not reproduced." in page and "FAILS" not in page
     for path in CHAPTERS:
-        assert f"## {{doc}}`chapters/{path.stem}`" in page
+        assert f"## {scoreboard.chapter_title(path)}\n" in page
+        assert f"{{doc}}`Read the chapter <chapters/{path.stem}>`" in page
     assert "| a | reproduced | p \\| q | o | +50% | holds on 5 of 5 |" in page
     assert "| b | analog | p \\| q | o | +5% (thin) | holds on 4 of 5 |" in page
     assert "| c | not reproduced | p \\| q | o | -30% | holds on 0 of 5 |" in page
-    assert "caught 1 of 2 (stale: the chapter changed since)" in page
-    assert "stats never updated (caught), m2 (survived)" in page
+    assert "caught 1 of 2 (stale: the chapter changed since)." in page
+    assert "- stats never updated (caught)\n- m2 (survived)" in page
     assert page.count("Broken mechanisms: not run.") == len(others)
 
 

@@ -56,17 +56,18 @@ def markdown(records_dir: Path, results_path: Path = robustness.RESULTS) -> str:
 
 def chapter_section(path: Path, record: dict | None, result: dict) -> list[str]:
     slug = path.stem
-    lines = [f"## {{doc}}`chapters/{slug}`", ""]
+    lines = [f"## {chapter_title(path)}", "", f"{{doc}}`Read the chapter <chapters/{slug}>`", ""]
     if record is None:
         return [*lines, "No claim record: this chapter has not been executed in this build.", ""]
     current = robustness.content_hash(path)
     seeds, mutants = result.get("seeds"), result.get("mutants")
     seeds_stale = seeds is not None and seeds["hash"] != current
     held = {i: c for i, c in enumerate(seeds["claims"])} if seeds else {}
-    caught = _mutants_line(mutants, current)
     lines += [
         f"Run time: {record['seconds']:.0f} s from the setup cell to the claim check "
-        f"(seed {record['seed']}). Broken mechanisms: {caught}",
+        f"(seed {record['seed']}).",
+        "",
+        *_mutants_lines(mutants, current),
         "",
         "| claim | status | paper | ours | margin | seeds |",
         "|---|---|---|---|---|---|",
@@ -87,16 +88,25 @@ def chapter_section(path: Path, record: dict | None, result: dict) -> list[str]:
     return [*lines, ""]
 
 
-def _mutants_line(mutants: dict | None, current: str) -> str:
+def chapter_title(path: Path) -> str:
+    """The chapter's title: the first line of its first cell, without the leading '# '."""
+    import nbformat
+
+    first = nbformat.read(path, as_version=4).cells[0].source.splitlines()[0]
+    return first.lstrip("# ").strip()
+
+
+def _mutants_lines(mutants: dict | None, current: str) -> list[str]:
     if not mutants:
-        return "not run."
+        return ["Broken mechanisms: not run."]
     outcomes = mutants["results"]
     caught = sum(r["outcome"] == "caught" for r in outcomes)
     stale = " (stale: the chapter changed since)" if mutants["hash"] != current else ""
-    names = ", ".join(
-        f"{r['breaks'] or r['name']} ({r['outcome']})" for r in outcomes
-    )  # what each breaks, and whether a claim caught it
-    return f"caught {caught} of {len(outcomes)}{stale}: {names}."
+    return [
+        f"Broken mechanisms: caught {caught} of {len(outcomes)}{stale}.",
+        "",
+        *(f"- {r['breaks'] or r['name']} ({r['outcome']})" for r in outcomes),
+    ]
 
 
 def _cell(text: str) -> str:
