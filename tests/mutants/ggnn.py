@@ -1,0 +1,57 @@
+"""Broken gated graph networks: each patches papernotes.ggnn where the chapter's models compute
+their messages, their initial state or their propagation loop."""
+
+import torch
+
+from papernotes import ggnn as m
+
+_messages = m.messages
+
+
+def incoming_messages_dropped():
+    """A node hears only the targets of its own edges (W_out): nothing travels along an edge."""
+
+    def messages(h, edge_index, edge_type, incoming, outgoing):
+        return _messages(h, edge_index, edge_type, torch.zeros_like(incoming), outgoing)
+
+    m.messages = messages
+
+
+def edges_treated_as_undirected():
+    """One matrix per edge type for both directions, and the two directions summed: the model
+    no longer knows which way an edge points."""
+
+    def messages(h, edge_index, edge_type, incoming, outgoing):
+        a = _messages(h, edge_index, edge_type, incoming, incoming)
+        both = a[:, : h.shape[1]] + a[:, h.shape[1] :]
+        return torch.cat([both, both], dim=1)
+
+    m.messages = messages
+
+
+def annotation_not_in_the_initial_state():
+    """h(1) is all zeros: the annotation marking the question never enters the propagation."""
+
+    def initial_state(annotation, hidden_size):
+        return annotation.new_zeros(annotation.shape[0], hidden_size)
+
+    m.initial_state = initial_state
+
+
+def one_propagation_step_whatever_T():
+    """The forward pass makes a single propagation round, whatever `steps` says."""
+
+    def forward(self, annotation, edge_index, edge_type):
+        m.check_graph(annotation, edge_index, edge_type, self.annotation_size)
+        h = m.initial_state(annotation, self.hidden_size)
+        return self.propagate(h, edge_index, edge_type)
+
+    m.GGNN.forward = forward
+
+
+MUTANTS = [
+    incoming_messages_dropped,
+    edges_treated_as_undirected,
+    annotation_not_in_the_initial_state,
+    one_propagation_step_whatever_T,
+]

@@ -1,0 +1,301 @@
+"""Unit tests of papernotes.ggnn, in float64 with fixed seeds.
+
+The reference below is written from the paper's equations 1-6, one node at a time with the
+dense block matrix A = [A_in, A_out] of the paper's Figure 1, so that it shares no code with the
+module's edge-list computation.
+"""
+
+import pytest
+import torch
+
+from conftest import gen, randn
+from papernotes import ggnn
+from papernotes.training import seeded
+
+
+def make_ggnn(seed=0, annotation_size=2, hidden_size=5, num_edge_types=2, steps=3):
+    with seeded(seed):
+        model = ggnn.GGNN(annotation_size, hidden_size, num_edge_types, steps).double()
+    with torch.no_grad():  # a non-zero bias, so that the test sees it
+        model.bias.copy_(0.1 * randn(2 * hidden_size, seed=seed + 1))
+    return model
+
+
+def small_graph(seed=0, n=6, e=9, annotation_size=2, num_edge_types=2):
+    g = gen(seed)
+    annotation = randn(n, annotation_size, seed=seed)
+    edge_index = torch.randint(n, (2, e), generator=g)
+    edge_type = torch.randint(num_edge_types, (e,), generator=g)
+    return annotation, edge_index, edge_type
+
+
+def reference_states(model, annotation, edge_index, edge_type):
+    """h(T) from the paper's equations, node by node, with the dense matrix A of Figure 1:
+    block (v, u) of A_in is W_in[k] for each edge u -k-> v, block (v, u) of A_out is W_out[k]
+    for each edge v -k-> u."""
+    n, D = annotation.shape[0], model.hidden_size
+    A_in = torch.zeros(n, n, D, D, dtype=torch.float64)
+    A_out = torch.zeros(n, n, D, D, dtype=torch.float64)
+    for (u, v), k in zip(edge_index.T.tolist(), edge_type.tolist(), strict=True):
+        A_in[v, u] += model.incoming[k]
+        A_out[u, v] += model.outgoing[k]
+    h = torch.zeros(n, D, dtype=torch.float64)
+    h[:, : annotation.shape[1]] = annotation  # eq. 1
+    gru = model.update
+    for _ in range(model.steps):
+        new = torch.empty_like(h)
+        for v in range(n):
+            a_in = sum(A_in[v, u] @ h[u] for u in range(n))
+            a_out = sum(A_out[v, u] @ h[u] for u in range(n))
+            a = torch.cat([a_in, a_out]) + model.bias  # eq. 2
+            z = torch.sigmoid(gru.W_z.weight @ a + gru.W_z.bias + gru.U_z.weight @ h[v])
+            r = torch.sigmoid(gru.W_r.weight @ a + gru.W_r.bias + gru.U_r.weight @ h[v])
+            candidate = torch.tanh(gru.W.weight @ a + gru.W.bias + gru.U.weight @ (r * h[v]))
+            new[v] = (1 - z) * h[v] + z * candidate  # eqs. 3-6
+        h = new
+    return h
+
+
+# -- 1-3. The propagation model --------------------------------------------------------------------
+
+
+def test_initial_state_is_the_annotation_padded_with_zeros():
+    x = randn(3, 2, seed=1)
+    h = ggnn.initial_state(x, 5)
+    assert torch.equal(h[:, :2], x) and torch.equal(h[:, 2:], torch.zeros(3, 3, dtype=x.dtype))
+
+
+def test_messages_on_a_hand_made_graph_follow_type_and_direction():
+    # Edges 0 -type 0-> 1 and 2 -type 1-> 1: node 1 hears 0 and 2 through W_in; 0 and 2 hear 1
+    # through W_out of the edge's type; nothing else is non-zero.
+    h = randn(3, 4, seed=2)
+    incoming, outgoing = randn(2, 4, 4, seed=3), randn(2, 4, 4, seed=4)
+    edge_index, edge_type = torch.tensor([[0, 2], [1, 1]]), torch.tensor([0, 1])
+    a = ggnn.messages(h, edge_index, edge_type, incoming, outgoing)
+    a_in, a_out = a[:, :4], a[:, 4:]
+    assert torch.allclose(a_in[1], incoming[0] @ h[0] + incoming[1] @ h[2], atol=1e-12)
+    assert torch.allclose(a_in[[0, 2]], torch.zeros(2, 4, dtype=torch.float64))
+    assert torch.allclose(a_out[0], outgoing[0] @ h[1], atol=1e-12)
+    assert torch.allclose(a_out[2], outgoing[1] @ h[1], atol=1e-12)
+    assert torch.allclose(a_out[1], torch.zeros(4, dtype=torch.float64))
+
+
+def test_forward_matches_the_papers_equations_with_the_dense_matrix_A():
+    model = make_ggnn()
+    graph = small_graph()
+    with torch.no_grad():
+        assert torch.allclose(model(*graph), reference_states(model, *graph), atol=1e-10)
+
+
+@pytest.mark.parametrize("steps", [1, 2, 4])
+def test_forward_makes_exactly_steps_propagation_rounds(steps):
+    model = make_ggnn(steps=steps)
+    annotation, edge_index, edge_type = small_graph(seed=5)
+    with torch.no_grad():
+        h = ggnn.initial_state(annotation, model.hidden_size)
+        for _ in range(steps):
+            h = model.propagate(h, edge_index, edge_type)
+        assert torch.allclose(model(annotation, edge_index, edge_type), h, atol=1e-12)
+        fewer = make_ggnn(steps=steps + 1)
+        assert not torch.allclose(fewer(annotation, edge_index, edge_type), h, atol=1e-6)
+
+
+def test_the_gru_update_uses_the_papers_gates():
+    # z = 1 takes the candidate, z = 0 keeps h: the paper's convention (torch's GRUCell has the
+    # opposite one), checked by saturating the update gate through its bias.
+    model = make_ggnn()
+    h, a = randn(4, 5, seed=6), randn(4, 10, seed=7)
+    gru = model.update
+    with torch.no_grad():
+        gru.W_z.bias.fill_(50.0)
+        r = torch.sigmoid(gru.W_r(a) + gru.U_r(h))
+        assert torch.allclose(gru(h, a), torch.tanh(gru.W(a) + gru.U(r * h)), atol=1e-12)
+        gru.W_z.bias.fill_(-50.0)
+        assert torch.allclose(gru(h, a), h, atol=1e-12)
+
+
+def test_permuting_the_nodes_permutes_the_states():
+    model = make_ggnn().float()
+    annotation, edge_index, edge_type = (t.float() if t.is_floating_point() else t
+                                         for t in small_graph(seed=8, n=7, e=12))  # fmt: skip
+    perm = torch.randperm(7, generator=gen(9))
+    inverse = torch.argsort(perm)  # node v of the original graph is node inverse[v] of the new
+    with torch.no_grad():
+        h = model(annotation, edge_index, edge_type)
+        h_perm = model(annotation[perm], inverse[edge_index], edge_type)
+    assert torch.allclose(h_perm, h[perm], atol=1e-6)
+
+
+def test_graphs_batched_together_do_not_influence_one_another():
+    model = make_ggnn()
+    first, second = small_graph(seed=10, n=5, e=7), small_graph(seed=11, n=4, e=6)
+    other = small_graph(seed=12, n=4, e=6)
+
+    def batched(a, b):
+        return (torch.cat([a[0], b[0]]), torch.cat([a[1], b[1] + a[0].shape[0]], dim=1),
+                torch.cat([a[2], b[2]]))  # fmt: skip
+
+    with torch.no_grad():
+        alone = model(*first)
+        together = model(*batched(first, second))
+        with_other = model(*batched(first, other))
+    assert torch.allclose(together[:5], alone, atol=1e-12)
+    assert torch.allclose(with_other[:5], alone, atol=1e-12)
+    assert not torch.allclose(together[5:], with_other[5:], atol=1e-6)
+
+
+def test_incoming_and_outgoing_parameters_are_distinct():
+    model = make_ggnn()
+    assert model.incoming is not model.outgoing
+    assert not torch.allclose(model.incoming, model.outgoing)
+    names = {name for name, _ in model.named_parameters()}
+    assert {"incoming", "outgoing"} <= names
+    # On a chain 0 -> 1 -> 2, zeroing W_out silences what 0 hears from 1 only; 2 hears nothing
+    # against the edges anyway, so its state does not move.
+    annotation = randn(3, 2, seed=13)
+    edge_index, edge_type = torch.tensor([[0, 1], [1, 2]]), torch.tensor([0, 0])
+    model.steps = 1
+    with torch.no_grad():
+        before = model(annotation, edge_index, edge_type)
+        model.outgoing.zero_()
+        after = model(annotation, edge_index, edge_type)
+    assert torch.allclose(before[2], after[2], atol=1e-12)
+    assert not torch.allclose(before[0], after[0], atol=1e-6)
+
+
+def test_reversing_every_edge_changes_the_states_of_a_directed_chain():
+    model = make_ggnn(steps=2)
+    annotation = torch.zeros(3, 2, dtype=torch.float64)
+    annotation[0, 0] = 1.0
+    edge_index, edge_type = torch.tensor([[0, 1], [1, 2]]), torch.tensor([0, 0])
+    with torch.no_grad():
+        forward = model(annotation, edge_index, edge_type)
+        reverse = model(annotation, edge_index.flip(0), edge_type)
+    assert not torch.allclose(forward, reverse, atol=1e-6)
+
+
+# -- 4. Outputs ------------------------------------------------------------------------------------
+
+
+def test_per_graph_log_softmax_normalises_each_graph_separately():
+    scores = randn(7, seed=14)
+    batch = torch.tensor([0, 0, 0, 1, 1, 2, 2])
+    out = ggnn.per_graph_log_softmax(scores, batch, 3)
+    for g, (lo, hi) in enumerate([(0, 3), (3, 5), (5, 7)]):
+        assert torch.allclose(out[lo:hi], torch.log_softmax(scores[lo:hi], 0), atol=1e-12), g
+
+
+def test_gated_readout_matches_the_papers_equation_and_ignores_node_order():
+    with seeded(0):
+        readout = ggnn.GatedReadout(4, 2, 3).double()
+    h, x = randn(5, 4, seed=15), randn(5, 2, seed=16)
+    batch = torch.tensor([0, 0, 1, 1, 1])
+    out = readout(h, x, batch, 2)
+    hx = torch.cat([h, x], 1)
+    gated = torch.sigmoid(readout.i(hx)) * torch.tanh(readout.j(hx))
+    expected = torch.tanh(torch.stack([gated[:2].sum(0), gated[2:].sum(0)]))
+    assert torch.allclose(out, expected, atol=1e-12)
+    perm = torch.tensor([1, 0, 4, 2, 3])
+    assert torch.allclose(readout(h[perm], x[perm], batch, 2), out, atol=1e-12)
+
+
+def test_selection_credit_counts_ties_as_a_random_pick():
+    scores = torch.tensor([1.0, 3.0, 3.0, 0.0, 2.0, 5.0])
+    batch = torch.tensor([0, 0, 0, 1, 1, 1])
+    credit = ggnn.selection_credit(scores, batch, torch.tensor([1, 4]), 2)
+    assert torch.allclose(credit, torch.tensor([0.5, 0.0]))
+    credit = ggnn.selection_credit(scores, batch, torch.tensor([0, 5]), 2)
+    assert torch.allclose(credit, torch.tensor([0.0, 1.0]))
+
+
+# -- 5. The task ----------------------------------------------------------------------------------
+
+
+def test_the_answer_is_the_species_feared_by_the_queried_entitys_species():
+    task = ggnn.deduction_task(40, seed=0, stream=1)
+    for i in range(len(task)):
+        edges, types = task.edges[i], task.edge_type[i]
+        query = int(task.annotation[i, :, 0].argmax())
+        assert task.annotation[i, :, 0].sum() == 1 and query < ggnn.N_ENTITIES
+        species = int(edges[(edges[:, 0] == query) & (types == ggnn.IS), 1])
+        feared = int(edges[(edges[:, 0] == species) & (types == ggnn.HAS_FEAR), 1])
+        assert feared == task.answer[i] and feared != species
+        # two hops: the answer is never a neighbour of the queried entity
+        assert not ((edges[:, 0] == query) & (edges[:, 1] == feared)).any()
+        assert task.answer_symbol[i] == task.symbols[i, feared]
+        # the text tells the same story: the question names the entity, a fact names its fear
+        assert task.tokens[i, -2] == ggnn.QUESTION_TOKEN
+        assert task.tokens[i, -1] == task.symbols[i, query]
+        triples = task.tokens[i, :-2].view(-1, 3).tolist()
+        fact = [int(task.symbols[i, species]), ggnn.FEAR_TOKEN, int(task.answer_symbol[i])]
+        assert fact in triples
+
+
+def test_the_task_follows_the_seed_and_the_stream():
+    a, b = ggnn.deduction_task(20, 0, 1), ggnn.deduction_task(20, 0, 1)
+    assert torch.equal(a.tokens, b.tokens) and torch.equal(a.edges, b.edges)
+    assert not torch.equal(a.tokens, ggnn.deduction_task(20, 1, 1).tokens)
+    assert not torch.equal(a.tokens, ggnn.deduction_task(20, 0, 2).tokens)
+
+
+def test_graphs_of_a_task_are_numbered_as_one_disconnected_graph():
+    task = ggnn.deduction_task(5, 0, 1)
+    annotation, edge_index, edge_type, batch, answer = task.graphs(torch.tensor([3, 1]))
+    assert annotation.shape == (16, 1) and edge_index.shape == (2, 16)
+    assert torch.equal(batch, torch.tensor([0] * 8 + [1] * 8))
+    assert torch.equal(answer, torch.stack([task.answer[3], task.answer[1] + 8]))
+    assert (batch[edge_index[0]] == batch[edge_index[1]]).all()
+    assert torch.equal(edge_index[:, 8:] - 8, task.edges[1].T)
+
+
+def test_the_lstm_reads_batch_first_sequences():
+    with seeded(0):
+        model = ggnn.FactsLSTM(hidden_size=8, embedding_size=4)
+    task = ggnn.deduction_task(3, 0, 1)
+    assert model(task.tokens).shape == (3, ggnn.N_SYMBOLS)
+
+
+def test_a_short_training_run_learns_the_task():
+    train_set, val_set = ggnn.deduction_task(20, 0, 1), ggnn.deduction_task(50, 0, 2)
+    run = ggnn.train_ggnn(train_set, val_set, steps=2, hidden_size=8, updates=40, eval_every=40)
+    assert run.history.final("val_accuracy") >= 0.9
+
+
+# -- Bad input is refused where it enters ------------------------------------------------------
+
+
+def test_ggnn_constructor_rejects_a_hidden_size_below_the_annotation_size():
+    with pytest.raises(ValueError, match="hidden_size"):
+        ggnn.GGNN(annotation_size=4, hidden_size=3, num_edge_types=2, steps=2)
+    with pytest.raises(ValueError, match="steps"):
+        ggnn.GGNN(1, 4, 2, steps=0)
+
+
+def test_ggnn_forward_rejects_bad_graph_tensors():
+    model = make_ggnn()
+    annotation, edge_index, edge_type = small_graph()
+    with pytest.raises(ValueError, match="annotation"):
+        model(annotation[:, :1], edge_index, edge_type)
+    with pytest.raises(ValueError, match="edge_index"):
+        model(annotation, edge_index.T, edge_type)
+    with pytest.raises(ValueError, match="edge_index"):
+        model(annotation, edge_index + 100, edge_type)
+    with pytest.raises(TypeError, match="edge_type"):
+        model(annotation, edge_index, edge_type.double())
+    with pytest.raises(ValueError, match="edge_type"):
+        model(annotation, edge_index, edge_type + 5)
+
+
+def test_other_entry_points_reject_bad_arguments():
+    with pytest.raises(ValueError, match="n"):
+        ggnn.deduction_task(0, seed=0, stream=1)
+    task = ggnn.deduction_task(5, 0, 1)
+    with pytest.raises(ValueError, match="steps"):
+        ggnn.train_ggnn(task, task, steps=0)
+    with pytest.raises(ValueError, match="lr"):
+        ggnn.train_lstm(task, task, lr=0.0)
+    with pytest.raises(ValueError, match="tokens"):
+        ggnn.FactsLSTM(8, 4)(task.tokens[0])
+    with pytest.raises(ValueError, match="batch"):
+        ggnn.GatedReadout(4, 2, 3)(randn(5, 4).float(), randn(5, 2).float(),
+                                   torch.zeros(4, dtype=torch.long), 1)  # fmt: skip
