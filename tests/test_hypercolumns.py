@@ -1,0 +1,325 @@
+"""Unit tests of papernotes.hypercolumns: the hypercolumn against torch's own interpolation and
+hand-made maps, linearity (classify then upsample), the location-specific classifiers against a
+plain 1 x 1 convolution and their grid-cell centres, the data, and the segmentation measures."""
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from conftest import gen, randn
+from papernotes import hypercolumns as hc
+
+
+def random_classifier(n_features, grid, seed=0, n_outputs=2, dtype=torch.float64):
+    """A LocationClassifier with random weights, biases and feature statistics."""
+    standardizer = hc.Standardizer(
+        randn(n_features, seed=seed), 0.5 + torch.rand(n_features, generator=gen(seed + 1))
+    )
+    classifier = hc.LocationClassifier(n_features, standardizer, grid=grid, n_outputs=n_outputs)
+    with torch.no_grad():
+        classifier.weight.copy_(randn(*classifier.weight.shape, seed=seed + 2))
+        classifier.bias.copy_(randn(*classifier.bias.shape, seed=seed + 3))
+    return classifier.to(dtype)
+
+
+def pyramid(batch=2, size=24, channels=(3, 4, 5), seed=0):
+    """Maps at strides 2, 4, 8 of a size x size window, float64."""
+    return [
+        randn(batch, c, size // 2 ** (i + 1), size // 2 ** (i + 1), seed=seed + i)
+        for i, c in enumerate(channels)
+    ]
+
+
+# -- 1. the hypercolumn ---------------------------------------------------------------------------
+
+
+def test_hypercolumns_stack_every_upsampled_map_in_order():
+    maps = pyramid()
+    h = hc.hypercolumns(maps, 24)
+    assert h.shape == (2, 12, 24, 24)
+    start = 0
+    for m in maps:
+        stop = start + m.shape[1]
+        expected = F.interpolate(m, size=(24, 24), mode="bilinear", align_corners=False)
+        assert torch.allclose(h[:, start:stop], expected, atol=1e-12)
+        start = stop
+
+
+def test_channel_order_follows_the_list_with_hand_made_constant_maps():
+    # Channel c of map i holds the constant 10 i + c: the stack must read 0, 1, 10, 11, 12, 20.
+    maps = [
+        torch.arange(2.0).view(1, 2, 1, 1).expand(1, 2, 6, 6),
+        (10 + torch.arange(3.0)).view(1, 3, 1, 1).expand(1, 3, 3, 3),
+        torch.full((1, 1, 1, 1), 20.0),
+    ]
+    h = hc.hypercolumns(maps, (12, 12))
+    assert h.shape == (1, 6, 12, 12)
+    expected = torch.tensor([0.0, 1.0, 10.0, 11.0, 12.0, 20.0]).view(1, 6, 1, 1)
+    assert torch.allclose(h, expected.expand(1, 6, 12, 12), atol=1e-5)  # constants stay put
+
+
+def test_upsampling_puts_each_cell_at_the_centre_of_the_pixels_it_pools():
+    # A linear ramp sampled at the cell centres of a stride-4 map, (j + 0.5) * 4, comes back as
+    # the ramp at the pixel centres i + 0.5 away from the border (where the ends are clamped).
+    stride, cells = 4, 6
+    centres = (torch.arange(cells, dtype=torch.float64) + 0.5) * stride
+    coarse = centres.view(1, 1, 1, cells).expand(1, 1, cells, cells)
+    fine = hc.upsample(coarse, stride * cells)[0, 0, 0]
+    pixels = torch.arange(stride * cells, dtype=torch.float64) + 0.5
+    inside = (pixels >= centres[0]) & (pixels <= centres[-1])
+    assert torch.allclose(fine[inside], pixels[inside], atol=1e-12)
+    misaligned = hc.upsample(coarse, stride * cells, align_corners=True)[0, 0, 0]
+    assert (misaligned[inside] - pixels[inside]).abs().max() > 0.5
+
+
+def test_select_keeps_the_named_layers_in_the_networks_order():
+    maps = pyramid()
+    assert [m.shape[1] for m in hc.select(maps, ["conv3", "conv1"])] == [3, 5]
+    assert hc.select(maps, ["conv3"])[0] is maps[2]
+
+
+def test_hypercolumns_reject_bad_input():
+    maps = pyramid()
+    with pytest.raises(ValueError, match=r"feature_maps\[1\]"):
+        hc.hypercolumns([maps[0], maps[1][:1]], 24)  # another batch size
+    with pytest.raises(ValueError, match="feature_maps"):
+        hc.hypercolumns([], 24)
+    with pytest.raises(TypeError, match="feature_maps"):
+        hc.hypercolumns(maps[0], 24)
+    with pytest.raises(ValueError, match=r"feature_maps\[0\]"):
+        hc.hypercolumns([maps[0][0]], 24)
+    with pytest.raises(ValueError, match="size"):
+        hc.hypercolumns(maps, 0)
+    with pytest.raises(ValueError, match="layers"):
+        hc.select(maps, ["conv4"])
+
+
+# -- 2. the standardisation -----------------------------------------------------------------------
+
+
+def test_standardizer_gives_every_channel_mean_0_and_std_1_on_the_training_pixels():
+    pixels = randn(5000, 4, seed=3) * torch.tensor([1e-3, 1.0, 1e3, 5.0]) + 7.0
+    standardizer = hc.Standardizer.fit(pixels)
+    classifier = hc.LocationClassifier(4, standardizer).double()
+    z = classifier.standardize(pixels)
+    assert torch.allclose(z.mean(0), torch.zeros(4, dtype=torch.float64), atol=1e-9)
+    assert torch.allclose(z.std(0), torch.ones(4, dtype=torch.float64), atol=1e-9)
+    constant = hc.Standardizer.fit(torch.ones(10, 2))
+    assert torch.equal(constant.std, torch.ones(2))  # no division by zero
+
+
+def test_standardizer_rejects_bad_input():
+    with pytest.raises(ValueError, match="pixels"):
+        hc.Standardizer.fit(torch.zeros(3, 4, 5))
+
+
+# -- 3. location-specific classifiers -------------------------------------------------------------
+
+
+def test_one_cell_is_a_plain_1x1_convolution():
+    classifier = random_classifier(12, grid=1)
+    h = hc.hypercolumns(pyramid(), 24)
+    w = classifier.weight[0] / classifier.feature_std  # (n, D): the standardisation folded in
+    b = classifier.bias[0] - w @ classifier.feature_mean
+    conv = F.conv2d(h, w[:, :, None, None], b)
+    assert torch.allclose(classifier(h), conv, atol=1e-10)
+
+
+def test_a_pixel_at_a_cells_centre_gets_exactly_that_cells_classifier():
+    # 15 pixels and K = 3: cells of 5 pixels centred on pixels 2, 7 and 12.
+    grid, size = 3, 15
+    classifier = random_classifier(6, grid=grid, seed=4)
+    h = randn(1, 6, size, size, seed=5)
+    out = classifier(h)
+    per_cell = classifier.per_cell(h)  # (1, K^2, n, H, W)
+    for row, r in enumerate((2, 7, 12)):
+        for col, c in enumerate((2, 7, 12)):
+            assert torch.allclose(out[0, :, r, c], per_cell[0, row * grid + col, :, r, c])
+    # Between two centres the output is the two classifiers' bilinear mix: pixel column 4 lies
+    # 0.4 of the way from the centre of cell 0 (pixel 2) to that of cell 1 (pixel 7).
+    mix = 0.6 * per_cell[0, 0, :, 2, 4] + 0.4 * per_cell[0, 1, :, 2, 4]
+    assert torch.allclose(out[0, :, 2, 4], mix, atol=1e-12)
+
+
+def test_interpolation_weights_are_bilinear_and_sum_to_one():
+    beta = hc.interpolation_weights(3, (15, 15)).double()
+    assert beta.shape == (9, 15, 15)
+    assert (beta >= 0).all()
+    assert torch.allclose(beta.sum(0), torch.ones(15, 15, dtype=torch.float64), atol=1e-6)
+    # Outside the outer centres the border cell takes everything (clamped).
+    assert beta[0, 0, 0].item() == pytest.approx(1.0)
+    # Pixel (4, 4): 0.4 of the way in both directions between cells (0, 0) and (1, 1).
+    assert beta[[0, 1, 3, 4], 4, 4].tolist() == pytest.approx([0.36, 0.24, 0.24, 0.16], abs=1e-6)
+    assert torch.equal(hc.interpolation_weights(1, 7), torch.ones(1, 7, 7))
+
+
+def test_sampled_pixels_get_the_same_logits_as_the_whole_map():
+    classifier = random_classifier(12, grid=3, seed=6)
+    h = hc.hypercolumns(pyramid(seed=7), 24)
+    rows = torch.tensor([0, 5, 11, 23])
+    cols = torch.tensor([3, 23, 12, 0])
+    beta = hc.interpolation_weights(3, (24, 24)).double()[:, rows, cols].T
+    pixels = classifier.at_pixels(h[1, :, rows, cols].T, beta)
+    assert torch.allclose(pixels, classifier(h)[1, :, rows, cols].T, atol=1e-12)
+
+
+def test_location_classifier_rejects_bad_input():
+    standardizer = hc.Standardizer(torch.zeros(4), torch.ones(4))
+    with pytest.raises(ValueError, match="grid"):
+        hc.LocationClassifier(4, standardizer, grid=0)
+    with pytest.raises(ValueError, match="standardizer.mean"):
+        hc.LocationClassifier(5, standardizer)
+    with pytest.raises(ValueError, match="h must have shape"):
+        hc.LocationClassifier(4, standardizer)(torch.zeros(1, 3, 8, 8))
+
+
+# -- 4. classify, then upsample -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("grid", [1, 3])
+@pytest.mark.parametrize("align_corners", [False, True])
+def test_classifying_before_upsampling_equals_upsampling_before_classifying(grid, align_corners):
+    # Float32, as the chapter runs: the two orders agree to 1e-5.
+    maps = [m.float() for m in pyramid(seed=8)]
+    classifier = random_classifier(12, grid=grid, seed=9, dtype=torch.float32)
+    explicit = classifier(hc.hypercolumns(maps, 24, align_corners=align_corners))
+    efficient = hc.classify_then_upsample(classifier, maps, 24, align_corners=align_corners)
+    assert efficient.shape == (2, 2, 24, 24)
+    assert (explicit - efficient).abs().max().item() < 1e-5
+
+
+def test_classify_then_upsample_rejects_a_mismatched_classifier():
+    with pytest.raises(ValueError, match="channels"):
+        hc.classify_then_upsample(random_classifier(11, grid=1), pyramid(), 24)
+
+
+# -- the data and the network ---------------------------------------------------------------------
+
+
+def test_generated_shapes_are_reproducible_and_follow_their_masks():
+    a = hc.generate_shapes(400, noise=0.3, generator=gen(10))
+    b = hc.generate_shapes(400, noise=0.3, generator=gen(10))
+    c = hc.generate_shapes(400, noise=0.3, generator=gen(11))
+    assert torch.equal(a.images, b.images) and not torch.equal(a.images, c.images)
+    assert a.images.shape == (400, 1, 24, 24) and a.masks.shape == (400, 24, 24)
+    assert set(a.labels.tolist()) == {0, 1, 2}
+    inside = a.images[:, 0][a.masks.bool()]
+    outside = a.images[:, 0][~a.masks.bool()]
+    assert inside.mean().item() == pytest.approx(1.0, abs=0.05)  # brightness 0.6 to 1.4
+    assert outside.mean().item() == pytest.approx(0.0, abs=0.02)
+    assert outside.std().item() == pytest.approx(0.3, abs=0.02)
+
+
+def test_shape_areas_match_their_geometry():
+    # Without noise: circle pi r^2, square (1.6 r)^2, equilateral triangle (3 sqrt 3 / 4) r^2,
+    # for radii uniform in [0.2, 0.35] * 24; E[r^2] = (b^3 - a^3) / (3 (b - a)).
+    data = hc.generate_shapes(3000, noise=0.0, generator=gen(12))
+    a, b = 0.2 * 24, 0.35 * 24
+    mean_r2 = (b**3 - a**3) / (3 * (b - a))
+    areas = data.masks.sum((1, 2)).double()
+    for label, factor in enumerate((math.pi, 1.6**2, 3 * math.sqrt(3) / 4)):
+        measured = areas[data.labels == label].mean().item()
+        assert measured == pytest.approx(factor * mean_r2, rel=0.05), hc.SHAPES[label]
+
+
+def test_generate_shapes_rejects_bad_arguments():
+    with pytest.raises(ValueError, match="n must"):
+        hc.generate_shapes(0)
+    with pytest.raises(ValueError, match="noise"):
+        hc.generate_shapes(5, noise=-1.0)
+
+
+def test_shapenet_maps_have_strides_2_4_8():
+    net = hc.ShapeNet((4, 5, 6))
+    maps = net.feature_maps(torch.zeros(3, 1, 24, 24))
+    assert [tuple(m.shape) for m in maps] == [(3, 4, 12, 12), (3, 5, 6, 6), (3, 6, 3, 3)]
+    assert net(torch.zeros(3, 1, 24, 24)).shape == (3, 3)
+    with pytest.raises(ValueError, match="channels"):
+        hc.ShapeNet((4, 5))
+
+
+def test_pretraining_learns_the_shapes_and_freezes_the_network():
+    data = hc.generate_shapes(600, noise=0.1, generator=gen(13))
+    val = hc.generate_shapes(200, noise=0.1, generator=gen(14))
+    model, history = hc.pretrain(data, seed=0, steps=120, val=val)
+    assert history.final("val_accuracy") > 0.6  # chance is 1/3
+    assert not any(p.requires_grad for p in model.parameters())
+    with pytest.raises(ValueError, match="data.images"):
+        hc.pretrain(hc.Shapes(data.images[:, 0], data.masks, data.labels), seed=0)
+
+
+# -- training on sampled pixels -------------------------------------------------------------------
+
+
+def test_sampled_pixels_carry_their_hypercolumns_and_labels():
+    data = hc.generate_shapes(20, generator=gen(15))
+    net = hc.ShapeNet().eval()
+    sample = hc.sample_pixels(net, data, ["conv1", "conv3"], 500, generator=gen(16), chunk=7)
+    assert sample.features.shape == (500, 8 + 32)
+    with torch.no_grad():
+        full = hc.hypercolumns(hc.select(net.feature_maps(data.images), ["conv1", "conv3"]), 24)
+    i, (r, c) = sample.images, sample.positions.T
+    assert torch.allclose(sample.features, full[i, :, r, c], atol=1e-6)
+    assert torch.equal(sample.labels, data.masks[i, r, c])
+    assert len(set(i.tolist())) == 20  # 500 draws reach every image (chunks of 7 included)
+    with pytest.raises(ValueError, match="n_pixels"):
+        hc.sample_pixels(net, data, ["conv1"], 0)
+
+
+def test_a_pixel_classifier_learns_a_separable_rule():
+    # Label 1 where the first feature is positive, whatever its scale; location matters not.
+    features = randn(4000, 3, seed=17).float() * torch.tensor([100.0, 1.0, 1.0])
+    labels = (features[:, 0] > 0).long()
+    positions = torch.randint(10, (4000, 2), generator=gen(18))
+    sample = hc.PixelSample(features, labels, positions, (10, 10))
+    classifier, history = hc.train_pixel_classifier(sample, grid=2, seed=0, steps=150)
+    beta = hc.interpolation_weights(2, (10, 10))[:, positions[:, 0], positions[:, 1]].T
+    accuracy = (classifier.at_pixels(features, beta).argmax(1) == labels).float().mean()
+    assert accuracy > 0.98
+    assert not history.diverged
+    with pytest.raises(ValueError, match="sample.labels"):
+        hc.train_pixel_classifier(hc.PixelSample(features, labels[:10], positions, (10, 10)),
+                                  seed=0)  # fmt: skip
+
+
+# -- measuring a segmentation ---------------------------------------------------------------------
+
+
+def test_boundary_band_is_the_ring_around_a_square():
+    mask = torch.zeros(1, 12, 12, dtype=torch.long)
+    mask[0, 3:9, 3:9] = 1
+    band = hc.boundary_band(mask, width=1)[0]
+    expected = torch.zeros(12, 12, dtype=torch.bool)
+    expected[2:10, 2:10] = True
+    expected[4:8, 4:8] = False  # inner pixels more than one pixel from the ground
+    assert torch.equal(band, expected)
+    with pytest.raises(ValueError, match="width"):
+        hc.boundary_band(mask, width=0)
+    with pytest.raises(ValueError, match="masks"):
+        hc.boundary_band(mask[0])
+
+
+def test_segmentation_scores_on_a_hand_made_example():
+    truth = torch.tensor([[[1, 1, 0, 0]]])
+    predicted = torch.tensor([[[1, 0, 1, 0]]])
+    band = torch.tensor([[[False, True, True, False]]])
+    scores = hc.segmentation_scores(predicted, truth, band)
+    assert scores["iou"] == pytest.approx(1 / 3)
+    assert scores["accuracy"] == pytest.approx(0.5)
+    assert scores["boundary_accuracy"] == pytest.approx(0.0)
+    with pytest.raises(ValueError, match="truth"):
+        hc.segmentation_scores(predicted, truth[:, :, :3], band)
+
+
+def test_predicted_masks_follow_the_classifier():
+    net = hc.ShapeNet().eval()
+    data = hc.generate_shapes(5, generator=gen(19))
+    classifier = hc.LocationClassifier(8, hc.Standardizer(torch.zeros(8), torch.ones(8)))
+    with torch.no_grad():
+        classifier.bias.copy_(torch.tensor([[0.0, 1.0]]))  # every pixel is figure
+    masks = hc.predict_masks(net, classifier, data.images, ["conv1"], chunk=2)
+    assert torch.equal(masks, torch.ones(5, 24, 24, dtype=torch.long))
+    with pytest.raises(ValueError, match="images"):
+        hc.predict_masks(net, classifier, data.images[:, 0], ["conv1"])
