@@ -1,0 +1,56 @@
+"""Broken variants of the oracle-robustness mechanisms (papernotes.oracle_robustness).
+
+Each function patches the module in place; the chapter, run with the patch, must stop on its
+claim check. The attack looks `_attack` and `project` up in the module's globals when it runs,
+and the training loop looks up `siamese_penalty`, so they see the patch.
+"""
+
+import torch
+
+from papernotes import oracle_robustness as m
+
+
+def attack_ignores_its_mask():
+    """The attack moves every feature, the oracle's pixels included, not only the masked ones."""
+    attack = m._attack
+
+    def _attack(model, x, mask, epsilon, steps, alpha, low, high):
+        return attack(model, x, torch.ones_like(mask), epsilon, steps, alpha, low, high)
+
+    m._attack = _attack
+
+
+def projection_dropped():
+    """The attack never projects back onto the epsilon ball: only the data range bounds it."""
+
+    def project(x_adv, x, epsilon, low, high):
+        return x_adv.clamp(low, high)
+
+    m.project = project
+
+
+def siamese_penalty_with_the_wrong_sign():
+    """The Siamese term rewards a large distance between an input's and its twin's
+    representations instead of penalising it."""
+
+    def siamese_penalty(model, x, x_twin):
+        return -(model.features(x) - model.features(x_twin)).pow(2).sum(-1).mean()
+
+    m.siamese_penalty = siamese_penalty
+
+
+def siamese_penalty_on_the_same_input():
+    """The Siamese term compares an input's representation with itself, not with its twin's."""
+
+    def siamese_penalty(model, x, x_twin):
+        return (model.features(x) - model.features(x)).pow(2).sum(-1).mean()
+
+    m.siamese_penalty = siamese_penalty
+
+
+MUTANTS = [
+    attack_ignores_its_mask,
+    projection_dropped,
+    siamese_penalty_with_the_wrong_sign,
+    siamese_penalty_on_the_same_input,
+]

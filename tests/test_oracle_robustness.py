@@ -1,0 +1,260 @@
+"""Unit tests of papernotes.oracle_robustness: the oracle and the classifier as c ∘ g, the attack's
+guarantees (masked features only, inside the epsilon ball and the data range) on hand-made and
+trained models, the unnecessary features' statistics, and the Siamese penalty."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from conftest import gen, randn
+from papernotes import oracle_robustness as orc
+from papernotes.data import load_digits_split
+
+
+def linear_classifier(weight, bias, reads=None) -> orc.Classifier:
+    """A Classifier with no hidden layer (g1 selects, c1 is linear) and the given weights."""
+    weight = torch.as_tensor(weight, dtype=torch.float32)
+    n_features = weight.shape[1] if reads is None else len(reads)
+    model = orc.Classifier(n_features, weight.shape[0], hidden=None, reads=reads)
+    with torch.no_grad():
+        model.c.weight.copy_(weight)
+        model.c.bias.copy_(torch.as_tensor(bias, dtype=torch.float32))
+    return model.eval()
+
+
+@pytest.fixture(scope="module")
+def digits_with_extra():
+    """Digits with 8 unnecessary features (correlation 0.9), a classifier on all features and
+    one on the pixels only, both trained briefly."""
+    digits = load_digits_split()
+    codes = orc.label_codes(8, 10, gen(0))
+    extra = orc.unnecessary_features(digits.train_y, codes, 0.9, gen(1))
+    x = torch.cat([digits.train_x, extra], 1)
+    test_x = torch.cat([digits.test_x[:120], orc.unnecessary_features(
+        digits.test_y[:120], codes, 0.9, gen(2))], 1)  # fmt: skip
+    ignored = torch.arange(72) >= 64
+    all_features = orc.train_classifier(x, digits.train_y, n_classes=10, seed=0).model
+    pixels = orc.train_classifier(x, digits.train_y, n_classes=10, seed=0, reads=~ignored).model
+    return x, digits.train_y, test_x, ignored, all_features, pixels
+
+
+# -- the oracle f2 = c2 ∘ g2 -----------------------------------------------------------------------
+
+
+def test_the_oracle_decides_from_the_features_it_keeps():
+    oracle = orc.Oracle(torch.tensor([True, False, True]), lambda g: (g.sum(-1) > 0).long())
+    x = torch.tensor([[1.0, -5.0, -0.5], [-1.0, 9.0, 0.5], [-2.0, 9.0, 1.0]])
+    assert torch.equal(oracle.features(x), x[:, [0, 2]])
+    assert torch.equal(oracle(x), torch.tensor([1, 0, 0]))
+    moved = x.clone()
+    moved[:, 1] = torch.tensor([100.0, -100.0, 0.0])  # only the ignored feature
+    assert torch.equal(oracle(moved), oracle(x))
+    assert torch.equal(oracle.distance(x, moved), torch.zeros(3))  # d2' = 0: a pseudometric
+    assert torch.equal(oracle.ignored, torch.tensor([False, True, False]))
+
+
+def test_the_label_lookup_answers_for_known_images_only():
+    images = randn(4, 6, seed=1).float()
+    lookup = orc.LabelLookup(images, torch.tensor([3, 1, 4, 1]))
+    assert torch.equal(lookup(images[[2, 0]]), torch.tensor([4, 3]))
+    touched = images[:1].clone()
+    touched[0, 5] += 1e-3
+    assert torch.equal(lookup(touched), torch.tensor([-1]))
+
+
+def test_the_oracle_rejects_a_mask_that_is_not_boolean():
+    with pytest.raises(TypeError, match="keep must be"):
+        orc.Oracle(torch.tensor([1, 0]), lambda g: g)
+    oracle = orc.Oracle(torch.tensor([True, False]), lambda g: g)
+    with pytest.raises(ValueError, match="x must have shape"):
+        oracle(torch.zeros(3, 5))
+
+
+# -- the classifier f1 = c1 ∘ g1 -------------------------------------------------------------------
+
+
+def test_the_classifier_is_its_decision_after_its_features():
+    torch.manual_seed(0)
+    reads = torch.tensor([True, False, True, True])
+    model = orc.Classifier(4, 3, hidden=5, reads=reads)
+    x = randn(6, 4, seed=2).float()
+    expected = model.c(torch.relu(model.g[0](x[:, reads])))
+    assert torch.allclose(model(x), expected)
+    assert torch.allclose(model(x), model.decide(model.features(x)))
+    changed = x.clone()
+    changed[:, 1] = 50.0  # a feature it does not read
+    assert torch.equal(model(changed), model(x))
+
+
+def test_the_classifier_rejects_a_mask_of_the_wrong_size():
+    with pytest.raises(ValueError, match="reads must broadcast"):
+        orc.Classifier(4, 3, reads=torch.tensor([True, False]))
+
+
+# -- the attack -----------------------------------------------------------------------------------
+
+
+def test_projection_is_the_clamp_of_the_step_then_the_range():
+    x = torch.tensor([[0.5, 0.9, 0.1]])
+    x_adv = torch.tensor([[0.9, 1.5, -0.5]])
+    projected = orc.project(x_adv, x, 0.3, 0.0, 1.0)
+    assert torch.allclose(projected, torch.tensor([[0.8, 1.0, 0.0]]))
+    free = orc.project(x_adv, x, 0.3, -torch.inf, torch.inf)
+    assert torch.allclose(free, torch.tensor([[0.8, 1.2, -0.2]]))
+
+
+def test_a_linear_classifier_flips_exactly_when_epsilon_exceeds_its_margin():
+    # Two classes, logit difference 2 * x2 - 1 (class 1 when x2 > 0.5). Points with x2 = 0.7 sit
+    # at 0.2 from the boundary along x2; the attack may move x2 only.
+    model = linear_classifier([[0.0, -1.0], [0.0, 1.0]], [0.5, -0.5])
+    x = torch.tensor([[0.3, 0.7], [0.9, 0.7]])
+    mask = torch.tensor([False, True])
+    small = orc.attack_unnecessary_features(model, x, mask, 0.15, 10)
+    large = orc.attack_unnecessary_features(model, x, mask, 0.25, 10)
+    assert not small.flipped.any() and large.flipped.all()
+    assert torch.equal(small.x_adv[:, 0], x[:, 0]) and torch.equal(large.x_adv[:, 0], x[:, 0])
+    assert (large.x_adv[:, 1] < 0.5).all() and (large.x_adv[:, 1] >= 0.7 - 0.25 - 1e-6).all()
+    assert torch.allclose(small.x_adv[:, 1], torch.full((2,), 0.55))  # pushed to the ball's edge
+
+
+def test_the_attack_moves_only_masked_features_within_the_ball_and_range(digits_with_extra):
+    _, _, test_x, ignored, model, _ = digits_with_extra
+    for epsilon in (0.1, 0.4, 1.0):
+        attack = orc.attack_unnecessary_features(model, test_x, ignored, epsilon, 15)
+        assert torch.equal(attack.x_adv[:, ~ignored], test_x[:, ~ignored])
+        assert (attack.x_adv - test_x).abs().max() <= epsilon + 1e-6
+        assert attack.x_adv.min() >= 0 and attack.x_adv.max() <= 1
+        with torch.no_grad():
+            changed = model(attack.x_adv).argmax(1) != model(test_x).argmax(1)
+        assert torch.equal(attack.flipped, changed)
+    assert attack.flipped.float().mean() > 0.3  # at epsilon = 1 it does find some
+
+
+def test_a_per_example_mask_broadcasts(digits_with_extra):
+    _, _, test_x, ignored, model, _ = digits_with_extra
+    mask = ignored.expand(len(test_x), -1).clone()
+    mask[::2] = False  # even rows: nothing may move
+    attack = orc.attack_unnecessary_features(model, test_x, mask, 1.0, 10)
+    assert torch.equal(attack.x_adv[::2], test_x[::2]) and not attack.flipped[::2].any()
+
+
+def test_a_model_that_ignores_the_masked_features_is_never_flipped(digits_with_extra):
+    _, _, test_x, ignored, _, pixels_only = digits_with_extra
+    for epsilon in (0.5, 1.0, 5.0):
+        attack = orc.attack_unnecessary_features(
+            pixels_only, test_x, ignored, epsilon, 20, clip=None
+        )
+        assert not attack.flipped.any()
+        assert torch.equal(attack.x_adv, test_x)  # its gradient there is exactly zero
+
+
+def test_the_attack_rejects_bad_arguments(digits_with_extra):
+    _, _, test_x, ignored, model, _ = digits_with_extra
+    with pytest.raises(ValueError, match="epsilon"):
+        orc.attack_unnecessary_features(model, test_x, ignored, -0.1, 10)
+    with pytest.raises(ValueError, match="mask must broadcast"):
+        orc.attack_unnecessary_features(model, test_x, ignored[:10], 0.5, 10)
+    with pytest.raises(TypeError, match="mask must be a boolean"):
+        orc.attack_unnecessary_features(model, test_x, ignored.float(), 0.5, 10)
+    with pytest.raises(ValueError, match="x must have shape"):
+        orc.attack_unnecessary_features(model, test_x[0], ignored, 0.5, 10)
+    with pytest.raises(ValueError, match="steps"):
+        orc.attack_unnecessary_features(model, test_x, ignored, 0.5, 0)
+    with pytest.raises(ValueError, match="clip"):
+        orc.attack_unnecessary_features(model, test_x, ignored, 0.5, 10, clip=(0.0, 0.5))
+
+
+# -- unnecessary features -------------------------------------------------------------------------
+
+
+def test_unnecessary_features_show_the_label_code_with_the_given_probability():
+    codes = orc.label_codes(12, 10, gen(3))
+    assert codes.shape == (10, 12) and set(codes.unique().tolist()) <= {0.0, 1.0}
+    labels = torch.randint(10, (20000,), generator=gen(4))
+    exact = orc.unnecessary_features(labels, codes, 1.0, gen(5), noise=0.0)
+    assert torch.equal(exact, codes[labels])
+    for correlation in (0.0, 0.6):
+        z = orc.unnecessary_features(labels, codes, correlation, gen(6), noise=0.0)
+        own = (z == codes[labels]).all(1).float().mean().item()
+        # own code: with probability rho, or by chance 1/10 of the rest (codes of two classes
+        # may coincide: count those too)
+        same = (codes[:, None] == codes[None]).all(-1).float().sum(1).mean().item() / 10
+        expected = correlation + (1 - correlation) * same
+        assert own == pytest.approx(expected, abs=0.015)
+    noisy = orc.unnecessary_features(labels[:50], codes, 0.9, gen(7))
+    assert noisy.min() >= 0 and noisy.max() <= 1
+    assert torch.equal(noisy, orc.unnecessary_features(labels[:50], codes, 0.9, gen(7)))
+    with pytest.raises(ValueError, match="correlation"):
+        orc.unnecessary_features(labels, codes, 1.5, gen(0))
+
+
+# -- Siamese training ------------------------------------------------------------------------------
+
+
+def test_the_twin_redraws_only_the_ignored_features():
+    x = torch.rand(50, 6, generator=gen(8))
+    ignored = torch.tensor([False, False, True, False, True, True])
+    twin = orc.oracle_twin(x, ignored, gen(9))
+    assert torch.equal(twin[:, ~ignored], x[:, ~ignored])
+    assert (twin[:, ignored] != x[:, ignored]).all()
+    assert twin.min() >= 0 and twin.max() <= 1
+    with pytest.raises(ValueError, match="ignored must broadcast"):
+        orc.oracle_twin(x, ignored[:4], gen(0))
+
+
+def test_the_siamese_penalty_is_the_mean_squared_distance_of_representations():
+    torch.manual_seed(1)
+    model = orc.Classifier(5, 3, hidden=4)
+    x, twin = randn(7, 5, seed=10).float(), randn(7, 5, seed=11).float()
+    by_hand = sum(((model.features(x[i : i + 1]) - model.features(twin[i : i + 1])) ** 2).sum()
+                  for i in range(7)) / 7  # fmt: skip
+    assert torch.allclose(orc.siamese_penalty(model, x, twin), by_hand)
+    assert orc.siamese_penalty(model, x, x) == 0
+
+
+def test_siamese_training_makes_the_representation_ignore_the_extra_features(digits_with_extra):
+    x, y, test_x, ignored, plain, _ = digits_with_extra
+    siamese = orc.train_classifier(x, y, n_classes=10, seed=0, penalty=1.0, ignored=ignored)
+    twin = orc.oracle_twin(test_x, ignored, gen(12))
+    with torch.no_grad():
+        plain_gap = orc.siamese_penalty(plain, test_x, twin).item()
+        siamese_gap = orc.siamese_penalty(siamese.model, test_x, twin).item()
+        plain_scale = plain.features(test_x).pow(2).sum(-1).mean().item()
+        siamese_scale = siamese.model.features(test_x).pow(2).sum(-1).mean().item()
+    assert siamese_gap / siamese_scale < 0.2 * plain_gap / plain_scale
+    attack = orc.attack_unnecessary_features(siamese.model, test_x, ignored, 1.0, 20)
+    plain_attack = orc.attack_unnecessary_features(plain, test_x, ignored, 1.0, 20)
+    assert attack.flipped.float().mean() < 0.5 * plain_attack.flipped.float().mean()
+
+
+def test_training_learns_follows_its_seed_and_checks_its_arguments(digits_with_extra):
+    x, y, test_x, ignored, plain, _ = digits_with_extra
+    digits = load_digits_split()
+    with torch.no_grad():
+        accuracy = (plain(test_x).argmax(1) == digits.test_y[:120]).float().mean()
+    assert accuracy > 0.9
+    again = orc.train_classifier(x, y, n_classes=10, seed=0).model
+    other = orc.train_classifier(x, y, n_classes=10, seed=1, steps=5).model
+    assert torch.equal(again.c.weight, plain.c.weight)
+    assert not torch.equal(other.c.weight, plain.c.weight)
+    with pytest.raises(ValueError, match="needs `ignored`"):
+        orc.train_classifier(x, y, n_classes=10, seed=0, penalty=0.5)
+    with pytest.raises(ValueError, match="penalty"):
+        orc.train_classifier(x, y, n_classes=10, seed=0, penalty=-1.0, ignored=ignored)
+    with pytest.raises(ValueError, match="y must have shape"):
+        orc.train_classifier(x, y[:10], n_classes=10, seed=0)
+
+
+def test_the_pixel_only_classifier_matches_a_plain_network_on_the_pixels(digits_with_extra):
+    # Reading the pixels only is the same as a network that never saw the extra columns.
+    x, y, _, ignored, _, pixels_only = digits_with_extra
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 10))
+    with torch.no_grad():
+        net[0].weight.copy_(pixels_only.g[0].weight)
+        net[0].bias.copy_(pixels_only.g[0].bias)
+        net[2].weight.copy_(pixels_only.c.weight)
+        net[2].bias.copy_(pixels_only.c.bias)
+        assert torch.allclose(net(x[:, :64]), pixels_only(x))
+        assert F.cross_entropy(pixels_only(x), y) < 0.3
