@@ -35,9 +35,9 @@ Notation. $X$ is the input space.
    It is a statement about *every* such pair: no amount of clean accuracy shows it.
 
 4. **The theorem.** With $c_1$ continuous almost everywhere, $f_1$ is strong-robust if and only
-   if the two pseudometric spaces $(X, d_1')$ and $(X, d_2')$ are related topologically (in the
-   paper's first versions: topologically equivalent; the finer statement asks that what is close
-   for $d_2'$ stays close for $d_1'$). The condition involves $g_1$ only, not $c_1$:
+   if a topological relationship holds between the pseudometric spaces $(X, d_1')$ and
+   $(X, d_2')$, phrased through their topological equivalence; roughly, inputs close for the
+   oracle must stay close for the classifier's features. The condition involves $g_1$ only:
    strong-robustness is decided by the features a classifier extracts, not by its decision rule.
 
 5. **The corollary: one unnecessary feature breaks it.** Let $g_1$ use a feature that $g_2$
