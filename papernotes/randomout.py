@@ -1,0 +1,388 @@
+r"""RandomOut: rescue the convolutional filters that lose the filter lottery.
+
+Cohen, Lo & Ding 2016, *RandomOut: Using a convolutional gradient norm to rescue convolutional
+filters* (arXiv:1602.05931; its first version was titled *...to win The Filter Lottery*). The
+module follows the paper in order.
+
+1. **The filter lottery.** A small convolutional network trained from different random seeds
+   ends at very different accuracies: the seed alone decides which filters start somewhere
+   useful. A filter whose ReLU output is zero on every input gets no gradient and never learns
+   again: it is dead, and a network with few filters that loses most of them is stuck.
+
+2. **The convolutional gradient norm.** For filter $k$ of a convolutional layer, with weights
+   $w^k_i$ ($i$ running over its input channels and kernel positions) and loss $L$,
+
+   $$\mathrm{CGN}(k) = \sum_i \left|\frac{\partial L}{\partial w^k_i}\right|,$$
+
+   the L1 norm of the gradient of one *output* filter: for a weight of shape
+   (out, in, kh, kw), a sum over dimensions 1, 2 and 3. It measures how much the filter can
+   still change the loss; a dead filter's CGN is exactly 0.
+
+3. **RandomOut.** After the backward pass and before the update, every filter with
+   $\mathrm{CGN}(k) < \tau$ is re-initialised: its weights are drawn again from the layer's
+   initial distribution (PyTorch's default for a convolution, Kaiming-uniform
+   $U(-1/\sqrt{n}, 1/\sqrt{n})$ with $n$ = in x kh x kw), its bias is set to 0, and its slots of
+   the optimizer's state (momentum, Adam's moments) are cleared, so that the new filter starts
+   as a fresh ticket instead of inheriting the motion that killed the old one. The authors'
+   demo checks every batch with $\tau = 10^{-30}$, which resets only filters whose gradient is
+   exactly zero. $\tau$ is in units of the loss's gradient, so it depends on how the loss is
+   reduced over the batch (we take the mean) and on the batch size.
+
+4. **Experiment**: a convolutional network with a handful of 3x3 filters on the 8x8 digits
+   (`FilterNet`), trained from several seeds with and without RandomOut (`train_lottery`),
+   through the book's one training loop; RandomOut runs as a hook just before each optimizer
+   step (`RandomOut.attach`), so the loop itself is unchanged.
+
+`randomout_` reads `conv_gradient_norm`, `filters_to_reset`, `reinitialise_filters_` and
+`clear_filter_state_` from the module when called, so that a patched module
+(tests/mutants/randomout.py) is seen everywhere. Arguments are checked at the entry points
+(`conv_gradient_norm`, `randomout_`, `RandomOut`, `FilterNet`, `dead_filters`,
+`train_lottery`); the helpers below them trust their input.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from papernotes import checks
+from papernotes.data import IMAGE_SHAPE, minibatches
+from papernotes.training import History, generator, seeded, train
+
+# -- 2. the convolutional gradient norm -----------------------------------------------------------
+
+
+def _check_conv(conv) -> nn.Conv2d:
+    if not isinstance(conv, nn.Conv2d):
+        raise TypeError(f"conv must be a torch.nn.Conv2d; got {type(conv).__name__}")
+    return conv
+
+
+def conv_gradient_norm(conv: nn.Conv2d) -> torch.Tensor:
+    r"""$\mathrm{CGN}(k) = \sum_i |\partial L / \partial w^k_i|$ for every output filter $k$:
+    a tensor (out,), the gradient's absolute values summed over input channels and kernel
+    positions (dimensions 1, 2, 3 of the (out, in, kh, kw) weight)."""
+    _check_conv(conv)
+    if conv.weight.grad is None:
+        raise ValueError(
+            "conv.weight has no gradient: compute the CGN after loss.backward() and before "
+            "optimizer.zero_grad()"
+        )
+    return conv.weight.grad.detach().abs().sum(dim=(1, 2, 3))
+
+
+# -- 3. RandomOut ---------------------------------------------------------------------------------
+
+
+def filters_to_reset(cgn: torch.Tensor, threshold: float) -> torch.Tensor:
+    r"""The indices $k$ with $\mathrm{CGN}(k) < \tau$, as a LongTensor."""
+    return torch.nonzero(cgn < threshold).flatten()
+
+
+def reinitialise_filters_(
+    conv: nn.Conv2d, index: torch.Tensor, generator: torch.Generator | None = None
+) -> None:
+    r"""Draw the weights of filters `index` again from $U(-1/\sqrt{n}, 1/\sqrt{n})$, the layer's
+    default initial distribution ($n$ = in x kh x kw), and set their biases to 0."""
+    bound = 1.0 / math.sqrt(conv.weight[0].numel())
+    fresh = torch.empty((len(index), *conv.weight.shape[1:]), dtype=conv.weight.dtype)
+    fresh.uniform_(-bound, bound, generator=generator)
+    with torch.no_grad():
+        conv.weight[index] = fresh
+        if conv.bias is not None:
+            conv.bias[index] = 0.0
+
+
+def clear_filter_state_(
+    optimizer: torch.optim.Optimizer, conv: nn.Conv2d, index: torch.Tensor
+) -> None:
+    """Zero the optimizer's per-element state (SGD's momentum buffer, Adam's moments) in the
+    slots of filters `index`, for the weight and the bias; scalar state (Adam's step) stays."""
+    for parameter in (conv.weight, conv.bias):
+        if parameter is None:
+            continue
+        for value in optimizer.state.get(parameter, {}).values():
+            if isinstance(value, torch.Tensor) and value.shape == parameter.shape:
+                value[index] = 0.0
+
+
+def randomout_(
+    conv: nn.Conv2d,
+    threshold: float,
+    generator: torch.Generator | None = None,
+    optimizer: torch.optim.Optimizer | None = None,
+) -> torch.Tensor:
+    r"""RandomOut on one layer: re-initialise every filter with $\mathrm{CGN}(k) < \tau$ =
+    `threshold` (weights redrawn, bias 0, and its optimizer state cleared when `optimizer` is
+    given). Call it between `loss.backward()` and `optimizer.step()`. Returns the indices of the
+    filters it reset (a LongTensor, empty when none)."""
+    _check_conv(conv)
+    threshold = checks.number("threshold", threshold, 0.0)
+    if optimizer is not None and not isinstance(optimizer, torch.optim.Optimizer):
+        raise TypeError(
+            f"optimizer must be a torch.optim.Optimizer; got {type(optimizer).__name__}"
+        )
+    index = filters_to_reset(conv_gradient_norm(conv), threshold)
+    if len(index):
+        reinitialise_filters_(conv, index, generator)
+        if optimizer is not None:
+            clear_filter_state_(optimizer, conv, index)
+    return index
+
+
+class RandomOut:
+    """RandomOut before every optimizer step, and a log of what it saw.
+
+    `RandomOut(conv, threshold).attach(optimizer)` registers a hook that runs just before each
+    `optimizer.step()`, when the gradients of the update are in place: it logs the CGN of every
+    filter and, when `enabled`, calls `randomout_`. With `enabled=False` it only logs (the
+    baseline). `cgn` is (steps, filters) after training; `resets` lists (update, filter) pairs.
+    """
+
+    def __init__(
+        self,
+        conv: nn.Conv2d,
+        threshold: float,
+        *,
+        enabled: bool = True,
+        generator: torch.Generator | None = None,
+    ):
+        self.conv = _check_conv(conv)
+        self.threshold = checks.number("threshold", threshold, 0.0)
+        self.enabled = checks.boolean("enabled", enabled)
+        self.generator = generator
+        self._cgn: list[torch.Tensor] = []
+        self.resets: list[tuple[int, int]] = []
+
+    def attach(self, optimizer: torch.optim.Optimizer):
+        """Run before every step of `optimizer`; returns the hook's handle (`.remove()`)."""
+        return optimizer.register_step_pre_hook(lambda opt, args, kwargs: self._before_step(opt))
+
+    def _before_step(self, optimizer: torch.optim.Optimizer) -> None:
+        update = len(self._cgn)
+        self._cgn.append(conv_gradient_norm(self.conv).clone())
+        if self.enabled:
+            index = randomout_(self.conv, self.threshold, self.generator, optimizer)
+            self.resets += [(update, k) for k in index.tolist()]
+
+    @property
+    def cgn(self) -> torch.Tensor:
+        return torch.stack(self._cgn) if self._cgn else torch.empty(0, self.conv.out_channels)
+
+
+# -- 4. the experiment: few filters on the digits -------------------------------------------------
+
+
+class FilterNet(nn.Module):
+    """`n_filters` 3x3 filters on the 8x8 image, ReLU, and a linear classifier on the 6x6 maps.
+
+    Weights take PyTorch's default initialisation; the convolution's biases are drawn from
+    $U(-\\text{bias\\_shift}, 0)$, a shift towards negative pre-activations that makes some
+    initial filters dead or nearly so (bias_shift = 0: biases at 0)."""
+
+    def __init__(self, n_filters: int = 2, *, bias_shift: float = 1.0, n_classes: int = 10):
+        super().__init__()
+        n_filters = checks.integer("n_filters", n_filters)
+        bias_shift = checks.number("bias_shift", bias_shift, 0.0)
+        n_classes = checks.integer("n_classes", n_classes, 2)
+        self.conv = nn.Conv2d(1, n_filters, kernel_size=3)
+        with torch.no_grad():
+            self.conv.bias.uniform_(-bias_shift, 0.0) if bias_shift > 0 else self.conv.bias.zero_()
+        side = IMAGE_SHAPE[0] - 2
+        self.head = nn.Linear(n_filters * side * side, n_classes)
+
+    def features(self, x: torch.Tensor) -> torch.Tensor:
+        """The filters' ReLU maps (N, filters, 6, 6) of flattened images (N, 64)."""
+        return F.relu(self.conv(x.reshape(-1, 1, *IMAGE_SHAPE)))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.features(x).flatten(1))
+
+
+def dead_filters(model: FilterNet, x: torch.Tensor) -> torch.Tensor:
+    """A bool per filter: True where its ReLU output is 0 at every position of every image of
+    `x` (N, 64), so that it gets no gradient from these images and cannot learn."""
+    checks.tensor("x", x, "(N, 64)", dtype="floating")
+    with torch.no_grad():
+        return model.features(x).amax(dim=(0, 2, 3)) <= 0.0
+
+
+# Where the 3x3 patches of an 8x8 image sit in its 64 flattened pixels: (9, 36), row i the
+# pixel i (row-major in the kernel) of each of the 6x6 patch positions, as F.unfold orders them.
+_PATCHES = F.unfold(torch.arange(64.0).reshape(1, 1, *IMAGE_SHAPE), kernel_size=3)[0].long()
+
+
+class Lottery(nn.Module):
+    """Several `FilterNet`s side by side, trained as one module: the filter lottery drawn for
+    many seeds at once.
+
+    Member $s$ keeps its own weights, its own minibatches and its own loss. The members'
+    convolutions are one grouped `nn.Conv2d` (group $s$ sees only member $s$'s images, so its
+    filters are rows $sF, \\dots, sF + F - 1$ of the weight), and their classifiers are one
+    batched matrix product. The loss is the sum of the members' mean cross-entropies, so each
+    member's gradient, and so its CGN, is exactly what it would be trained alone; SGD with
+    momentum acts elementwise, so each member's updates are too. `member(s)` gives member $s$
+    back as a `FilterNet`.
+    """
+
+    def __init__(self, nets: list[FilterNet]):
+        super().__init__()
+        if not nets or not all(isinstance(net, FilterNet) for net in nets):
+            raise TypeError("nets must be a non-empty list of FilterNet")
+        shapes = {(net.conv.out_channels, net.head.out_features) for net in nets}
+        if len(shapes) != 1:
+            raise ValueError(f"nets must all have the same filters and classes; got {shapes}")
+        (self.n_filters, self.n_classes), self.members = shapes.pop(), len(nets)
+        self.conv = nn.Conv2d(self.members, self.members * self.n_filters, 3, groups=self.members)
+        with torch.no_grad():
+            self.conv.weight.copy_(torch.cat([net.conv.weight for net in nets]))
+            self.conv.bias.copy_(torch.cat([net.conv.bias for net in nets]))
+        self.head_weight = nn.Parameter(torch.stack([net.head.weight.detach() for net in nets]))
+        self.head_bias = nn.Parameter(torch.stack([net.head.bias.detach() for net in nets]))
+
+    def features(self, x: torch.Tensor) -> torch.Tensor:
+        """(S, B, 64) images, one batch per member -> ReLU maps (S, B, filters * 36), flattened
+        as a FilterNet flattens them.
+
+        The grouped convolution computed as one batched matrix product over the images' 3x3
+        patches (im2col): on a CPU and at this size, several times faster than `conv2d` with
+        groups, and the same numbers (tests/test_randomout.py checks it)."""
+        batch = x.shape[1]
+        pixels = x.transpose(1, 2).contiguous()  # (S, 64, B)
+        patches = torch.index_select(pixels, 1, _PATCHES.flatten())  # (S, 9 * 36, B)
+        patches = patches.reshape(self.members, 9, -1)  # (S, 9, 36 * B)
+        w = self.conv.weight.reshape(self.members, self.n_filters, 9)
+        b = self.conv.bias.reshape(self.members, self.n_filters, 1)
+        maps = F.relu(torch.baddbmm(b, w, patches))  # (S, F, 36 * B)
+        return maps.reshape(self.members, -1, batch).transpose(1, 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """(S, B, 64) -> logits (S, B, classes)."""
+        h = self.features(x)
+        return torch.baddbmm(self.head_bias.unsqueeze(1), h, self.head_weight.transpose(1, 2))
+
+    def member(self, s: int) -> FilterNet:
+        """Member `s` as a stand-alone FilterNet (a copy of its current weights)."""
+        s = checks.integer("s", s, 0)
+        if s >= self.members:
+            raise ValueError(f"s must be below the number of members, {self.members}; got {s}")
+        net = FilterNet(self.n_filters, bias_shift=0.0, n_classes=self.n_classes)
+        rows = slice(s * self.n_filters, (s + 1) * self.n_filters)
+        with torch.no_grad():
+            net.conv.weight.copy_(self.conv.weight[rows])
+            net.conv.bias.copy_(self.conv.bias[rows])
+            net.head.weight.copy_(self.head_weight[s])
+            net.head.bias.copy_(self.head_bias[s])
+        return net.eval()
+
+
+def member_accuracy(model: Lottery, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """Each member's accuracy on the same images `x` (N, 64) with labels `y` (N,): (S,)."""
+    n = checks.tensor("x", x, "(N, 64)", dtype="floating")["N"]
+    checks.tensor("y", y, "(N,)", N=n)
+    with torch.no_grad():
+        logits = model(x.expand(model.members, *x.shape))
+    return (logits.argmax(-1) == y).float().mean(dim=1)
+
+
+def member_dead_filters(model: Lottery, x: torch.Tensor) -> torch.Tensor:
+    """`dead_filters` of every member on images `x` (N, 64): a bool tensor (S, filters)."""
+    return torch.stack([dead_filters(model.member(s), x) for s in range(model.members)])
+
+
+@dataclass
+class LotteryRun:
+    """Members trained from `seeds`: the model, its History (per epoch, "val_accuracy/<s>" for
+    member s and "val_accuracy" for their mean), and RandomOut's log (`log.cgn` is reshaped to
+    (updates, members, filters) by `cgn`; `log.resets` holds (update, row) pairs)."""
+
+    model: Lottery
+    history: History
+    log: RandomOut
+    seeds: tuple[int, ...]
+    randomout: bool
+
+    @property
+    def cgn(self) -> torch.Tensor:
+        return self.log.cgn.reshape(-1, self.model.members, self.model.n_filters)
+
+    def resets_per_member(self) -> list[int]:
+        counts = [0] * self.model.members
+        for _, row in self.log.resets:
+            counts[row // self.model.n_filters] += 1
+        return counts
+
+
+def train_lottery(
+    train_x: torch.Tensor,
+    train_y: torch.Tensor,
+    val_x: torch.Tensor,
+    val_y: torch.Tensor,
+    *,
+    seeds,
+    randomout: bool,
+    n_filters: int = 2,
+    bias_shift: float = 1.0,
+    threshold: float = 1e-8,
+    epochs: int = 30,
+    batch_size: int = 64,
+    lr: float = 0.1,
+    momentum: float = 0.9,
+) -> LotteryRun:
+    """Train one `FilterNet` per seed of `seeds` (as a `Lottery`) with SGD and momentum on the
+    mean cross-entropy, with or without RandomOut (checked before every update).
+
+    Member s's initial weights follow `seeds[s]`, and so do its minibatches (stream 1);
+    RandomOut's fresh filters come from stream 2 of `seeds[0]`. Two calls with the same seeds,
+    one with and one without RandomOut, start from the same weights, see the same batches and
+    differ only by the resets.
+    """
+    d = checks.tensor("train_x", train_x, "(N, 64)", dtype="floating")
+    checks.tensor("train_y", train_y, "(N,)", N=d["N"])
+    checks.tensor("val_x", val_x, "(M, 64)", dtype="floating")
+    checks.tensor("val_y", val_y, "(M,)", M=val_x.shape[0])
+    seeds = tuple(checks.integer("seeds", s, 0) for s in seeds)
+    if not seeds or len(set(seeds)) != len(seeds):
+        raise ValueError(f"seeds must be one or more different integers; got {seeds}")
+    checks.boolean("randomout", randomout)
+    epochs, batch_size = checks.integer("epochs", epochs), checks.integer("batch_size", batch_size)
+    lr = checks.number("lr", lr, 0.0, low_open=True)
+    momentum = checks.number("momentum", momentum, 0.0, 1.0, high_open=True)
+    n_classes = int(train_y.max()) + 1
+    nets = []
+    for seed in seeds:
+        with seeded(seed):
+            nets.append(FilterNet(n_filters, bias_shift=bias_shift, n_classes=n_classes))
+    model = Lottery(nets)
+    log = RandomOut(model.conv, threshold, enabled=randomout, generator=generator(seeds[0], 2))
+    optimizer = torch.optim.SGD(model.parameters(), lr=lr, momentum=momentum)
+    handle = log.attach(optimizer)
+    streams = [minibatches(d["N"], batch_size, generator(seed, 1)) for seed in seeds]
+    per_epoch = d["N"] // batch_size
+
+    def loss_of_update(_):
+        index = torch.stack([next(stream) for stream in streams])  # (S, B)
+        logits = model(train_x[index])
+        return F.cross_entropy(logits.flatten(0, 1), train_y[index].flatten()) * len(seeds)
+
+    def evaluate():
+        accuracies = member_accuracy(model, val_x, val_y)
+        return {"val_accuracy": accuracies.mean().item()} | {
+            f"val_accuracy/{s}": a for s, a in enumerate(accuracies.tolist())
+        }
+
+    history = train(
+        model,
+        optimizer,
+        loss_of_update,
+        epochs * per_epoch,
+        evaluate=evaluate,
+        eval_every=per_epoch,
+        desc="RandomOut" if randomout else "baseline",
+    )
+    handle.remove()
+    return LotteryRun(model, history, log, seeds, randomout)

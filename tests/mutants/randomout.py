@@ -1,0 +1,52 @@
+"""Broken variants of RandomOut (papernotes.randomout).
+
+Each function patches the module in place; the chapter, run with the patch, must stop on its
+claim check. `randomout_` reads `conv_gradient_norm`, `filters_to_reset` and
+`clear_filter_state_` from the module's globals when called, and so does the hook that the
+chapter's training runs attach, so every run sees the patch.
+
+A reset that keeps the filter's stale momentum is not among them: in the chapter's runs almost
+every reset happens at the first update, before the optimizer has any state, and the few later
+ones end the same way, so no claim can tell it apart. tests/test_randomout.py catches it
+(`test_reset_clears_the_momentum_of_the_reset_filters_only`).
+"""
+
+import torch
+
+from papernotes import randomout as m
+
+
+def cgn_summed_per_input_channel():
+    """The CGN sums the gradient over output filters and kernel positions, one value per input
+    channel (dims 0, 2, 3), instead of one value per output filter (dims 1, 2, 3)."""
+
+    def conv_gradient_norm(conv):
+        return conv.weight.grad.detach().abs().sum(dim=(0, 2, 3))
+
+    m.conv_gradient_norm = conv_gradient_norm
+
+
+def threshold_compared_the_wrong_way():
+    """Filters whose CGN is above the threshold are reset, instead of those below it."""
+
+    def filters_to_reset(cgn, threshold):
+        return torch.nonzero(cgn > threshold).flatten()
+
+    m.filters_to_reset = filters_to_reset
+
+
+def cgn_read_after_zero_grad():
+    """The CGN is read from a gradient already zeroed (as after optimizer.zero_grad with
+    set_to_none=False), so every filter's CGN is 0."""
+
+    def conv_gradient_norm(conv):
+        return torch.zeros_like(conv.weight).abs().sum(dim=(1, 2, 3))
+
+    m.conv_gradient_norm = conv_gradient_norm
+
+
+MUTANTS = [
+    cgn_summed_per_input_channel,
+    threshold_compared_the_wrong_way,
+    cgn_read_after_zero_grad,
+]

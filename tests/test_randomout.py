@@ -1,0 +1,273 @@
+"""Unit tests of papernotes.randomout: the CGN against autograd's gradient by hand, resets that
+touch only the filters under the threshold, cleared optimizer state, and the side-by-side
+training of several networks against each network alone."""
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import papernotes as pn
+from conftest import gen, randn
+from papernotes import randomout as ro
+
+
+def conv_with_gradient(out=4, inp=3, seed=0):
+    """A conv layer (out filters over inp channels) after one backward pass of a random loss."""
+    with pn.seeded(seed):
+        conv = nn.Conv2d(inp, out, kernel_size=3).double()
+    x = randn(5, inp, 6, 6, seed=seed)
+    target = randn(5, out, 4, 4, seed=seed + 1)
+    ((conv(x) - target) ** 3).mean().backward()
+    return conv
+
+
+def with_gradient(conv, grad):
+    conv.weight.grad = grad.to(conv.weight.dtype)
+    return conv
+
+
+# -- the convolutional gradient norm --------------------------------------------------------------
+
+
+def test_cgn_is_the_absolute_gradient_summed_per_output_filter():
+    conv = conv_with_gradient(out=4, inp=3)
+    grad = conv.weight.grad
+    by_hand = torch.tensor(
+        [sum(abs(grad[k, c, i, j].item()) for c in range(3) for i in range(3) for j in range(3))
+         for k in range(4)], dtype=torch.float64)  # fmt: skip
+    cgn = ro.conv_gradient_norm(conv)
+    assert cgn.shape == (4,)
+    assert torch.allclose(cgn, by_hand, rtol=1e-12)
+    assert torch.allclose(cgn, grad.abs().sum((1, 2, 3)))
+
+
+def test_cgn_of_a_filter_the_loss_ignores_is_zero():
+    conv = nn.Conv2d(2, 3, kernel_size=3)
+    out = conv(torch.rand(4, 2, 5, 5, generator=gen()))
+    out[:, [0, 2]].pow(2).sum().backward()  # filter 1 does not reach the loss
+    cgn = ro.conv_gradient_norm(conv)
+    assert cgn[1].item() == 0.0
+    assert (cgn[[0, 2]] > 0).all()
+
+
+def test_cgn_rejects_what_is_not_a_conv_or_has_no_gradient():
+    with pytest.raises(TypeError, match="conv must be a torch.nn.Conv2d"):
+        ro.conv_gradient_norm(nn.Linear(3, 3))
+    with pytest.raises(ValueError, match="conv.weight has no gradient"):
+        ro.conv_gradient_norm(nn.Conv2d(1, 2, 3))
+
+
+# -- RandomOut ------------------------------------------------------------------------------------
+
+
+def test_randomout_changes_only_the_filters_under_the_threshold():
+    conv = conv_with_gradient(out=5, inp=2)
+    grad = conv.weight.grad.clone()
+    grad[1] = 0.0  # CGN 0
+    grad[3] = 1e-3 / grad[3].abs().sum() * grad[3]  # CGN 1e-3, just under the threshold 2e-3
+    grad[4] = 2e-3 / grad[4].abs().sum() * grad[4]  # CGN exactly at the threshold: kept
+    with_gradient(conv, grad)
+    with torch.no_grad():
+        conv.bias.fill_(-0.7)
+    before_w, before_b = conv.weight.detach().clone(), conv.bias.detach().clone()
+    reset = ro.randomout_(conv, 2e-3, generator=gen(1))
+    assert reset.tolist() == [1, 3]
+    kept = [0, 2, 4]
+    assert torch.equal(conv.weight[kept], before_w[kept])
+    assert torch.equal(conv.bias[kept], before_b[kept])
+    bound = 1 / math.sqrt(2 * 3 * 3)
+    for k in (1, 3):
+        assert not torch.equal(conv.weight[k], before_w[k])
+        assert conv.weight[k].abs().max() <= bound
+        assert conv.bias[k].item() == 0.0
+
+
+def test_reinitialised_weights_follow_the_layers_default_distribution():
+    conv = nn.Conv2d(4, 200, kernel_size=3)
+    with_gradient(conv, torch.zeros_like(conv.weight))
+    ro.randomout_(conv, 1e-8, generator=gen(2))
+    bound = 1 / math.sqrt(4 * 9)
+    w = conv.weight.detach()
+    assert w.abs().max() <= bound
+    assert w.var().item() == pytest.approx(bound**2 / 3, rel=0.05)  # U(-b, b): variance b^2/3
+    assert w.mean().item() == pytest.approx(0.0, abs=0.02 * bound)
+
+
+def test_randomout_draws_follow_its_generator():
+    def fresh():
+        conv = nn.Conv2d(1, 3, kernel_size=3)
+        with_gradient(conv, torch.zeros_like(conv.weight))
+        ro.randomout_(conv, 1e-8, generator=gen(5))
+        return conv.weight.detach()
+
+    assert torch.equal(fresh(), fresh())
+
+
+def clear_state_after_one_step(optimizer_class, **kwargs):
+    conv = conv_with_gradient(out=4, inp=2)
+    optimizer = optimizer_class(conv.parameters(), lr=0.1, **kwargs)
+    optimizer.step()  # the state (momentum, moments) now exists and is nonzero
+    state = {
+        name: {k: v.clone() for k, v in optimizer.state[p].items() if torch.is_tensor(v)}
+        for name, p in (("weight", conv.weight), ("bias", conv.bias))
+    }
+    grad = conv.weight.grad.clone()
+    grad[2] = 0.0
+    with_gradient(conv, grad)
+    assert ro.randomout_(conv, 1e-8, optimizer=optimizer).tolist() == [2]
+    return conv, optimizer, state
+
+
+def test_reset_clears_the_momentum_of_the_reset_filters_only():
+    conv, optimizer, before = clear_state_after_one_step(torch.optim.SGD, momentum=0.9)
+    for name, p in (("weight", conv.weight), ("bias", conv.bias)):
+        buffer = optimizer.state[p]["momentum_buffer"]
+        assert (before[name]["momentum_buffer"][2] != 0).any()
+        assert (buffer[2] == 0).all()
+        assert torch.equal(buffer[[0, 1, 3]], before[name]["momentum_buffer"][[0, 1, 3]])
+
+
+def test_reset_clears_adams_moments_of_the_reset_filters_only():
+    conv, optimizer, before = clear_state_after_one_step(torch.optim.Adam)
+    for name, p in (("weight", conv.weight), ("bias", conv.bias)):
+        for moment in ("exp_avg", "exp_avg_sq"):
+            assert (optimizer.state[p][moment][2] == 0).all()
+            assert torch.equal(
+                optimizer.state[p][moment][[0, 1, 3]], before[name][moment][[0, 1, 3]]
+            )
+        assert torch.equal(optimizer.state[p]["step"], before[name]["step"])
+
+
+def test_randomout_rejects_bad_arguments():
+    conv = conv_with_gradient()
+    with pytest.raises(ValueError, match="threshold must be a finite number"):
+        ro.randomout_(conv, -1.0)
+    with pytest.raises(TypeError, match="conv must be a torch.nn.Conv2d"):
+        ro.randomout_(nn.Linear(2, 2), 1e-8)
+    with pytest.raises(TypeError, match="optimizer must be a torch.optim.Optimizer"):
+        ro.randomout_(conv, 1e-8, optimizer="sgd")
+    with pytest.raises(ValueError, match="threshold must be a finite number"):
+        ro.RandomOut(conv, math.nan)
+
+
+def test_the_hook_resets_a_dead_filter_before_the_step_inside_the_books_loop():
+    digits = pn.load_digits_split()
+    x, y = digits.train_x[:64], digits.train_y[:64]
+    dead_after = {}
+    for enabled in (False, True):
+        with pn.seeded(0):
+            net = ro.FilterNet(2, bias_shift=0.0)
+        with torch.no_grad():
+            net.conv.bias[0] = -100.0  # filter 0 never fires: dead
+        assert ro.dead_filters(net, x).tolist() == [True, False]
+        optimizer = torch.optim.SGD(net.parameters(), lr=0.1, momentum=0.9)
+        log = ro.RandomOut(net.conv, 1e-8, enabled=enabled, generator=gen())
+        log.attach(optimizer)
+        pn.train(net, optimizer, lambda _, net=net: F.cross_entropy(net(x), y), steps=3)
+        assert log.cgn.shape == (3, 2)
+        assert log.cgn[0, 0] == 0.0 and log.cgn[0, 1] > 0  # logged after backward
+        dead_after[enabled] = ro.dead_filters(net, x).tolist()
+        assert log.resets == ([(0, 0)] if enabled else [])
+    assert dead_after == {False: [True, False], True: [False, False]}
+
+
+# -- the networks ---------------------------------------------------------------------------------
+
+
+def test_dead_filters_by_hand():
+    net = ro.FilterNet(3, bias_shift=0.0)
+    with torch.no_grad():
+        net.conv.weight.zero_()
+        net.conv.weight[0] = 1.0  # fires on any image with ink
+        net.conv.bias[:] = torch.tensor([0.0, -0.5, 0.5])  # filter 1 never fires; 2 always
+    x = torch.rand(10, 64, generator=gen())
+    assert ro.dead_filters(net, x).tolist() == [False, True, False]
+    with pytest.raises(ValueError, match="x must have shape"):
+        ro.dead_filters(net, x.reshape(10, 8, 8))
+
+
+def test_filter_net_biases_lie_in_the_shifted_range():
+    with pn.seeded(0):
+        net = ro.FilterNet(500, bias_shift=0.7)
+    bias = net.conv.bias.detach()
+    assert bias.max() <= 0 and bias.min() >= -0.7 and bias.min() < -0.6
+    assert (ro.FilterNet(4, bias_shift=0.0).conv.bias == 0).all()
+    with pytest.raises(ValueError, match="n_filters must be an integer >= 1"):
+        ro.FilterNet(0)
+    with pytest.raises(ValueError, match="bias_shift must be a finite number"):
+        ro.FilterNet(2, bias_shift=-1.0)
+
+
+def members(n=3, n_filters=2, bias_shift=0.3):
+    nets = []
+    for seed in range(n):
+        with pn.seeded(seed):
+            nets.append(ro.FilterNet(n_filters, bias_shift=bias_shift))
+    return nets
+
+
+def test_the_lottery_computes_each_members_network():
+    nets = members()
+    lottery = ro.Lottery(nets)
+    x = torch.rand(3, 7, 64, generator=gen())
+    logits = lottery(x)
+    assert logits.shape == (3, 7, 10)
+    for s, net in enumerate(nets):
+        assert torch.allclose(logits[s], net(x[s]), atol=1e-5)  # net uses torch's conv2d
+        assert torch.equal(lottery.member(s).conv.weight, net.conv.weight)
+
+
+def test_each_members_gradient_is_its_gradient_alone():
+    nets = members()
+    lottery = ro.Lottery(nets)
+    x = torch.rand(3, 16, 64, generator=gen())
+    y = torch.randint(0, 10, (3, 16), generator=gen(1))
+    logits = lottery(x)
+    (F.cross_entropy(logits.flatten(0, 1), y.flatten()) * 3).backward()
+    cgn = ro.conv_gradient_norm(lottery.conv).reshape(3, 2)
+    for s, net in enumerate(nets):
+        F.cross_entropy(net(x[s]), y[s]).backward()
+        assert torch.allclose(cgn[s], ro.conv_gradient_norm(net.conv), rtol=1e-4, atol=1e-7)
+
+
+def test_lottery_rejects_mismatched_members():
+    with pytest.raises(ValueError, match="same filters and classes"):
+        ro.Lottery([ro.FilterNet(2), ro.FilterNet(3)])
+    with pytest.raises(TypeError, match="nets must be a non-empty list of FilterNet"):
+        ro.Lottery([])
+    with pytest.raises(ValueError, match="s must be below the number of members"):
+        ro.Lottery(members()).member(3)
+
+
+def small_run(**kwargs):
+    d = pn.load_digits_split()
+    return ro.train_lottery(d.train_x, d.train_y, d.val_x, d.val_y, epochs=1, **kwargs)
+
+
+def test_with_a_zero_threshold_randomout_changes_nothing():
+    # No CGN is below 0: the RandomOut run must be the baseline run, bit for bit (same initial
+    # weights, same batches; the resets are the only difference).
+    base = small_run(seeds=[3, 4], randomout=False)
+    same = small_run(seeds=[3, 4], randomout=True, threshold=0.0)
+    assert same.log.resets == []
+    assert torch.equal(base.model.conv.weight, same.model.conv.weight)
+    assert base.history["val_accuracy"] == same.history["val_accuracy"]
+    other = small_run(seeds=[5, 6], randomout=False)
+    assert other.history["val_accuracy"] != base.history["val_accuracy"]
+
+
+def test_train_lottery_rejects_bad_arguments():
+    d = pn.load_digits_split()
+    with pytest.raises(ValueError, match="train_x must have shape"):
+        ro.train_lottery(d.train_x.reshape(-1, 8, 8), d.train_y, d.val_x, d.val_y, seeds=[0],
+                         randomout=True)  # fmt: skip
+    with pytest.raises(ValueError, match="seeds must be one or more different integers"):
+        ro.train_lottery(d.train_x, d.train_y, d.val_x, d.val_y, seeds=[1, 1], randomout=True)
+    with pytest.raises(TypeError, match="randomout must be True or False"):
+        ro.train_lottery(d.train_x, d.train_y, d.val_x, d.val_y, seeds=[0], randomout=1)
+    with pytest.raises(ValueError, match="threshold must be a finite number"):
+        ro.train_lottery(d.train_x, d.train_y, d.val_x, d.val_y, seeds=[0], randomout=True,
+                         threshold=-1.0)  # fmt: skip
