@@ -94,7 +94,8 @@ def generate_shapes(
     n: int,
     *,
     size: int = 24,
-    noise: float = 0.4,
+    noise: float = 0.3,
+    clutter: bool = True,
     generator: torch.Generator | None = None,
 ) -> Shapes:
     """`n` windows of `size` x `size` pixels, each holding one shape near its middle.
@@ -102,11 +103,15 @@ def generate_shapes(
     The shape (circle, square or triangle, equally likely) has a radius of 0.2 to 0.35 of the
     window, its centre within 0.1 of the window from the middle, and a brightness of 0.6 to 1.4
     over a background of 0; pixel noise N(0, `noise`^2) is added everywhere. The mask marks the
-    pixels whose centres fall inside the shape. Everything random comes from `generator`.
+    pixels whose centres fall inside the shape. With `clutter`, a second, smaller shape of any
+    kind (radius 0.15 to 0.25) sits near a random corner, cut by the window's border as a
+    neighbouring object in a detection box would be: it is as bright, and it is ground.
+    Everything random comes from `generator`.
     """
     n = checks.integer("n", n)
     size = checks.integer("size", size, 8)
     noise = checks.number("noise", noise, 0.0)
+    checks.boolean("clutter", clutter)
 
     def uniform(low, high):
         return low + (high - low) * torch.rand(n, 1, 1, generator=generator)
@@ -116,6 +121,22 @@ def generate_shapes(
     cy = size / 2 + uniform(-0.1, 0.1) * size
     cx = size / 2 + uniform(-0.1, 0.1) * size
     brightness = uniform(0.6, 1.4)
+    masks = _shape_masks(labels, radius, cy, cx, size)
+    images = brightness * masks
+    if clutter:
+        kinds = torch.randint(len(SHAPES), (n,), generator=generator)
+        corner = torch.randint(2, (n, 2, 1, 1), generator=generator).float()
+        small = uniform(0.15, 0.25) * size
+        oy = (0.08 + 0.84 * corner[:, 0]) * size + uniform(-0.05, 0.05) * size
+        ox = (0.08 + 0.84 * corner[:, 1]) * size + uniform(-0.05, 0.05) * size
+        other = _shape_masks(kinds, small, oy, ox, size) & ~masks
+        images = images + uniform(0.6, 1.4) * other
+    images = images + noise * torch.randn(n, size, size, generator=generator)
+    return Shapes(images.unsqueeze(1), masks.long(), labels)
+
+
+def _shape_masks(kinds, radius, cy, cx, size) -> torch.Tensor:
+    """(N, S, S) bool: pixels whose centres fall inside each shape (kind, radius, centre)."""
     coords = torch.arange(size, dtype=torch.float32) + 0.5  # pixel centres
     dy, dx = coords.view(1, -1, 1) - cy, coords.view(1, 1, -1) - cx
     circle = dy**2 + dx**2 <= radius**2
@@ -123,10 +144,8 @@ def generate_shapes(
     # An upright triangle: apex at -radius, base at +radius/2, half-width growing downwards.
     depth = dy + radius
     triangle = (depth >= 0) & (dy <= radius / 2) & (dx.abs() <= depth / math.sqrt(3))
-    kind = labels.view(-1, 1, 1)
-    masks = torch.where(kind == 0, circle, torch.where(kind == 1, square, triangle))
-    images = brightness * masks + noise * torch.randn(n, size, size, generator=generator)
-    return Shapes(images.unsqueeze(1), masks.long(), labels)
+    kind = kinds.view(-1, 1, 1)
+    return torch.where(kind == 0, circle, torch.where(kind == 1, square, triangle))
 
 
 # -- the network that is pretrained on the image label and then frozen ----------------------------

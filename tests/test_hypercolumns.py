@@ -199,9 +199,9 @@ def test_classify_then_upsample_rejects_a_mismatched_classifier():
 
 
 def test_generated_shapes_are_reproducible_and_follow_their_masks():
-    a = hc.generate_shapes(400, noise=0.3, generator=gen(10))
-    b = hc.generate_shapes(400, noise=0.3, generator=gen(10))
-    c = hc.generate_shapes(400, noise=0.3, generator=gen(11))
+    a = hc.generate_shapes(400, noise=0.3, clutter=False, generator=gen(10))
+    b = hc.generate_shapes(400, noise=0.3, clutter=False, generator=gen(10))
+    c = hc.generate_shapes(400, noise=0.3, clutter=False, generator=gen(11))
     assert torch.equal(a.images, b.images) and not torch.equal(a.images, c.images)
     assert a.images.shape == (400, 1, 24, 24) and a.masks.shape == (400, 24, 24)
     assert set(a.labels.tolist()) == {0, 1, 2}
@@ -215,7 +215,7 @@ def test_generated_shapes_are_reproducible_and_follow_their_masks():
 def test_shape_areas_match_their_geometry():
     # Without noise: circle pi r^2, square (1.6 r)^2, equilateral triangle (3 sqrt 3 / 4) r^2,
     # for radii uniform in [0.2, 0.35] * 24; E[r^2] = (b^3 - a^3) / (3 (b - a)).
-    data = hc.generate_shapes(3000, noise=0.0, generator=gen(12))
+    data = hc.generate_shapes(3000, noise=0.0, clutter=False, generator=gen(12))
     a, b = 0.2 * 24, 0.35 * 24
     mean_r2 = (b**3 - a**3) / (3 * (b - a))
     areas = data.masks.sum((1, 2)).double()
@@ -224,11 +224,28 @@ def test_shape_areas_match_their_geometry():
         assert measured == pytest.approx(factor * mean_r2, rel=0.05), hc.SHAPES[label]
 
 
+def test_clutter_is_a_bright_corner_shape_outside_the_mask():
+    plain = hc.generate_shapes(500, noise=0.0, clutter=False, generator=gen(20))
+    cluttered = hc.generate_shapes(500, noise=0.0, generator=gen(20))
+    bright = cluttered.images[:, 0] > 0
+    assert torch.equal(bright & cluttered.masks.bool(), cluttered.masks.bool())
+    extra = bright & ~cluttered.masks.bool()
+    assert extra.any((1, 2)).float().mean() > 0.9  # nearly every window has its clutter
+    # The clutter of a window lies in one quadrant only.
+    quadrants = torch.stack(
+        [extra[:, r, c].any((1, 2)) for r in (slice(0, 12), slice(12, 24))
+         for c in (slice(0, 12), slice(12, 24))], dim=1)  # fmt: skip
+    assert (quadrants.sum(1) <= 1).float().mean() > 0.95
+    assert not plain.images[:, 0][~plain.masks.bool()].any()
+
+
 def test_generate_shapes_rejects_bad_arguments():
     with pytest.raises(ValueError, match="n must"):
         hc.generate_shapes(0)
     with pytest.raises(ValueError, match="noise"):
         hc.generate_shapes(5, noise=-1.0)
+    with pytest.raises(TypeError, match="clutter"):
+        hc.generate_shapes(5, clutter=1)
 
 
 def test_shapenet_maps_have_strides_2_4_8():

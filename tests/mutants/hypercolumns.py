@@ -1,0 +1,77 @@
+"""Broken variants of the hypercolumn mechanism (papernotes.hypercolumns).
+
+Each function patches the module in place; the chapter, run with the patch, must stop on its
+claim check. The module's functions read `select`, `hypercolumns` and `upsample` from its globals
+when called, so the sampled training pixels, the predicted masks and the efficient route all see
+the patch.
+"""
+
+import torch
+import torch.nn.functional as F
+
+from papernotes import hypercolumns as m
+
+_hypercolumns = m.hypercolumns
+
+
+def top_layer_only():
+    """The hypercolumn is the top layer's map alone, whatever layers were asked for."""
+    select = m.select
+
+    def top_only(maps, layers):
+        select(maps, layers)  # the same checks
+        return [maps[-1]]
+
+    m.select = top_only
+
+
+def fine_layers_zeroed():
+    """Every map but the last is stacked as zeros: the channels are there, the detail is not."""
+
+    def hypercolumns(feature_maps, size, align_corners=False):
+        maps = [torch.zeros_like(x) for x in feature_maps[:-1]] + [feature_maps[-1]]
+        return _hypercolumns(maps, size, align_corners)
+
+    m.hypercolumns = hypercolumns
+
+
+def fine_layers_shuffled_in_space():
+    """Every map but the last has its cells in a fixed random order (a reshape gone wrong)."""
+
+    def shuffled(x):
+        order = torch.randperm(
+            x.shape[-2] * x.shape[-1], generator=torch.Generator().manual_seed(0)
+        )
+        return x.flatten(-2)[..., order].view_as(x)
+
+    def hypercolumns(feature_maps, size, align_corners=False):
+        maps = [shuffled(x) for x in feature_maps[:-1]] + [feature_maps[-1]]
+        return _hypercolumns(maps, size, align_corners)
+
+    m.hypercolumns = hypercolumns
+
+
+def efficient_route_with_corners_aligned():
+    """Classify-then-upsample interpolates with align_corners=True while the hypercolumns the
+    classifier was trained on use False: the two orders no longer agree."""
+    upsample = m.upsample
+    classify_then_upsample = m.classify_then_upsample
+
+    def misaligned(classifier, feature_maps, size, align_corners=False):
+        m.upsample = lambda x, size, align_corners=False: F.interpolate(
+            x, size=size, mode="bilinear", align_corners=True
+        )
+        try:
+            return classify_then_upsample(classifier, feature_maps, size, align_corners)
+        finally:
+            m.upsample = upsample
+
+    m.classify_then_upsample = misaligned
+
+
+MUTANTS = [
+    top_layer_only,
+    fine_layers_zeroed,
+    fine_layers_shuffled_in_space,
+    efficient_route_with_corners_aligned,
+]
