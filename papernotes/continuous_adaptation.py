@@ -155,13 +155,16 @@ def adapt(learner: MetaLearner, goals, scales, *, create_graph: bool = True):
     Always from theta. With `create_graph` the steps stay differentiable, second derivatives
     included, so that the meta-loss reaches theta and alpha through them."""
     n = goals.shape[0]
-    W = learner.W.expand(n, -1, -1)
-    b = learner.b.expand(n, -1)
-    for m in range(learner.inner_steps):
-        loss = task_loss(W, b, goals, scales).sum()  # tasks are independent: per-task gradients
-        grad_W, grad_b = torch.autograd.grad(loss, (W, b), create_graph=create_graph)
-        W = W - learner.alpha_W[m] * grad_W
-        b = b - learner.alpha_b[m] * grad_b
+    with torch.enable_grad():  # adaptation needs gradients, also where the caller has none
+        W = learner.W.expand(n, -1, -1)
+        b = learner.b.expand(n, -1)
+        if not create_graph:
+            W, b = W.detach().requires_grad_(True), b.detach().requires_grad_(True)
+        for m in range(learner.inner_steps):
+            loss = task_loss(W, b, goals, scales).sum()  # independent tasks: per-task gradients
+            grad_W, grad_b = torch.autograd.grad(loss, (W, b), create_graph=create_graph)
+            W = W - learner.alpha_W[m] * grad_W
+            b = b - learner.alpha_b[m] * grad_b
     return W, b
 
 
@@ -326,9 +329,8 @@ def run_chains(
     W, b = policy.W.detach().expand(c, -1, -1), policy.b.detach().expand(c, -1)
     for i in range(e):
         if i > 0 and adaptation == "meta":
-            with torch.enable_grad():
-                W, b = adapt(policy, chains.goals[:, i - 1], chains.scales[:, i - 1],
-                             create_graph=False)  # fmt: skip
+            W, b = adapt(policy, chains.goals[:, i - 1], chains.scales[:, i - 1],
+                         create_graph=False)  # fmt: skip
         elif i > 0 and adaptation == "tracking":
             W, b = _gradient_steps(W, b, chains.goals[:, i - 1], chains.scales[:, i - 1],
                                    tracking_lr, tracking_steps)  # fmt: skip
@@ -353,9 +355,8 @@ def adapted_fit(learner: MetaLearner, chains: Chains) -> tuple[float, float]:
     (T_{i+1}), both on episode i + 1's goals, averaged over every consecutive pair."""
     checks.tensor("chains.goals", chains.goals, "(C, E, G, A)", A=ACTUATORS)
     c, e, g, a = chains.goals.shape
-    with torch.enable_grad():
-        W, b = adapt(learner, chains.goals[:, :-1].reshape(-1, g, a),
-                     chains.scales[:, :-1].reshape(-1, a), create_graph=False)  # fmt: skip
+    W, b = adapt(learner, chains.goals[:, :-1].reshape(-1, g, a),
+                 chains.scales[:, :-1].reshape(-1, a), create_graph=False)  # fmt: skip
     W, b = W.detach(), b.detach()
     goals = chains.goals[:, 1:].reshape(-1, g, a)
     same = task_loss(W, b, goals, chains.scales[:, :-1].reshape(-1, a)).mean().item()

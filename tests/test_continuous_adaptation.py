@@ -1,0 +1,246 @@
+"""Unit tests of papernotes.continuous_adaptation: the task chains, the adaptation (always from
+theta), the next-task meta-loss, its second-order meta-gradient against finite differences in
+float64, the step sizes' gradients, and execution along a chain (Algorithm 2)."""
+
+import pytest
+import torch
+
+from conftest import gen, randn
+from papernotes import continuous_adaptation as ca
+
+
+def chains64(n=3, episodes=4, goals=5, seed=0):
+    """A small batch of chains in float64, with a different random scale on every actuator."""
+    scales = 0.3 + 0.7 * torch.rand(n, episodes, ca.ACTUATORS, generator=gen(seed))
+    return ca.Chains(scales.double(), randn(n, episodes, goals, ca.ACTUATORS, seed=seed + 1))
+
+
+def learner64(inner_steps=2, seed=0):
+    torch.manual_seed(seed)
+    learner = ca.MetaLearner(inner_steps, step_size=0.2).double()
+    with torch.no_grad():  # distinct step sizes everywhere, so a swapped index shows
+        learner.alpha_W.add_(0.05 * randn(*learner.alpha_W.shape, seed=seed + 7))
+        learner.alpha_b.add_(0.05 * randn(*learner.alpha_b.shape, seed=seed + 8))
+    return learner
+
+
+# -- the chains -------------------------------------------------------------------------------------
+
+
+def test_one_actuator_weakens_linearly_from_one_to_one_minus_drift():
+    chains = ca.task_chains(50, drift=0.6, episodes=4, goals=3, generator=gen())
+    assert chains.scales.shape == (50, 4, ca.ACTUATORS)
+    assert chains.goals.shape == (50, 4, 3, ca.ACTUATORS)
+    weak = chains.scales[:, -1].argmin(-1)
+    rows = torch.arange(50)
+    torch.testing.assert_close(
+        chains.scales[rows, :, weak], torch.tensor([1.0, 0.8, 0.6, 0.4]).expand(50, 4)
+    )
+    healthy = chains.scales.clone()
+    healthy[rows, :, weak] = 1.0
+    assert (healthy == 1.0).all()
+    assert len(set(weak.tolist())) == ca.ACTUATORS  # every actuator gets crippled sometimes
+
+
+def test_chains_follow_their_generator():
+    a = ca.task_chains(4, generator=gen(3))
+    b = ca.task_chains(4, generator=gen(3))
+    c = ca.task_chains(4, generator=gen(4))
+    assert torch.equal(a.goals, b.goals) and torch.equal(a.scales, b.scales)
+    assert not torch.equal(a.goals, c.goals)
+
+
+def test_task_chains_rejects_bad_arguments():
+    with pytest.raises(ValueError, match="drift"):
+        ca.task_chains(4, drift=1.0, generator=gen())
+    with pytest.raises(ValueError, match="episodes"):
+        ca.task_chains(4, episodes=1, generator=gen())
+    with pytest.raises(TypeError, match="n_chains"):
+        ca.task_chains(2.5, generator=gen())
+
+
+# -- the task loss ------------------------------------------------------------------------------------
+
+
+def test_task_loss_by_hand_and_zero_at_the_inverse_gains():
+    goals = torch.tensor([[[1.0, 2.0, 0.0, -1.0], [0.5, 0.0, 1.0, 1.0]]])
+    scales = torch.tensor([[1.0, 0.5, 0.25, 1.0]])
+    W, b = torch.eye(4).unsqueeze(0), torch.zeros(1, 4)
+    # outcome s * g; errors (s - 1) g: goal 1 -> (0, -1, 0, 0), goal 2 -> (0, 0, -0.75, 0)
+    assert ca.task_loss(W, b, goals, scales).item() == pytest.approx((1.0 + 0.5625) / 2)
+    ideal = torch.diag(1 / scales[0]).unsqueeze(0)
+    assert ca.task_loss(ideal, b, goals, scales).item() == pytest.approx(0.0, abs=1e-12)
+
+
+# -- adaptation ---------------------------------------------------------------------------------------
+
+
+def test_adaptation_is_gradient_steps_from_theta_with_the_learned_step_sizes():
+    learner, chains = learner64(inner_steps=3), chains64()
+    goals, scales = chains.goals[:, 1], chains.scales[:, 1]
+    W, b = learner.W.detach().expand(3, -1, -1), learner.b.detach().expand(3, -1)
+    for m in range(3):  # the update written out: phi^m = phi^{m-1} - alpha_m * grad
+        W, b = W.clone().requires_grad_(True), b.clone().requires_grad_(True)
+        grad_W, grad_b = torch.autograd.grad(ca.task_loss(W, b, goals, scales).sum(), (W, b))
+        W = (W - learner.alpha_W[m].detach() * grad_W).detach()
+        b = (b - learner.alpha_b[m].detach() * grad_b).detach()
+    phi_W, phi_b = ca.adapt(learner, goals, scales)
+    torch.testing.assert_close(phi_W, W)
+    torch.testing.assert_close(phi_b, b)
+
+
+def test_every_adaptation_starts_from_theta():
+    learner, chains = learner64(), chains64()
+    with torch.no_grad():
+        learner.alpha_W.zero_()
+        learner.alpha_b.zero_()
+    W, b = ca.adapt(learner, chains.goals[:, 0], chains.scales[:, 0])
+    torch.testing.assert_close(W, learner.W.expand(3, -1, -1))  # zero steps: phi is theta
+    learner = learner64()
+    first = ca.adapt(learner, chains.goals[:, 2], chains.scales[:, 2])
+    ca.adapt(learner, chains.goals[:, 0], chains.scales[:, 0])  # an adaptation in between
+    again = ca.adapt(learner, chains.goals[:, 2], chains.scales[:, 2])
+    torch.testing.assert_close(first[0], again[0])
+    assert learner.W.grad is None  # adapting leaves theta untouched
+
+
+def test_execution_adapts_each_episode_from_theta_on_the_previous_episode():
+    learner, chains = learner64(), chains64()
+    lived = ca.run_chains(learner, chains)
+    torch.testing.assert_close(lived.weights[:, 0], learner.W.detach().expand(3, -1, -1))
+    for i in range(1, 4):
+        W, b = ca.adapt(learner, chains.goals[:, i - 1], chains.scales[:, i - 1])
+        torch.testing.assert_close(lived.weights[:, i], W.detach())
+        loss = ca.task_loss(W, b, chains.goals[:, i], chains.scales[:, i])
+        torch.testing.assert_close(lived.losses[:, i], loss.detach())
+
+
+def test_tracking_carries_its_parameters_and_no_adaptation_keeps_them():
+    learner, chains = learner64(), chains64()
+    still = ca.run_chains(learner, chains, adaptation="none")
+    assert torch.equal(still.weights[:, 0], still.weights[:, -1])
+    tracked = ca.run_chains(learner, chains, adaptation="tracking", tracking_lr=0.1,
+                            tracking_steps=1)  # fmt: skip
+    W, b = learner.W.detach().expand(3, -1, -1), learner.b.detach().expand(3, -1)
+    for i in range(1, 4):  # one plain step per episode, from where the last episode left off
+        W, b = W.clone().requires_grad_(True), b.clone().requires_grad_(True)
+        loss = ca.task_loss(W, b, chains.goals[:, i - 1], chains.scales[:, i - 1]).sum()
+        grad_W, grad_b = torch.autograd.grad(loss, (W, b))
+        W, b = (W - 0.1 * grad_W).detach(), (b - 0.1 * grad_b).detach()
+        torch.testing.assert_close(tracked.weights[:, i], W)
+
+
+# -- the meta-loss and its gradient -------------------------------------------------------------------
+
+
+def test_the_meta_loss_judges_phi_on_the_next_task_and_maml_on_the_same_one():
+    learner, chains = learner64(), chains64()
+    c, e, g, a = chains.goals.shape
+    W, b = ca.adapt(learner, chains.goals[:, 1], chains.scales[:, 1])
+    next_loss = ca.task_loss(W, b, chains.goals[:, 2], chains.scales[:, 2])
+    same_loss = ca.task_loss(W, b, chains.goals[:, 2], chains.scales[:, 1])
+    # one consecutive pair (episodes 2 -> 3) of the chains, on its own
+    pair = ca.Chains(chains.scales[:, 1:3], chains.goals[:, 1:3])
+    torch.testing.assert_close(ca.meta_loss(learner, pair), next_loss.mean())
+    torch.testing.assert_close(ca.meta_loss(learner, pair, next_task=False), same_loss.mean())
+    assert not torch.allclose(next_loss, same_loss)
+
+
+def finite_difference(f, parameter, h=1e-6):
+    grad = torch.zeros_like(parameter)
+    flat = parameter.data.view(-1)
+    for k in range(flat.numel()):
+        old = flat[k].item()
+        flat[k] = old + h
+        up = f().item()
+        flat[k] = old - h
+        down = f().item()
+        flat[k] = old
+        grad.view(-1)[k] = (up - down) / (2 * h)
+    return grad
+
+
+def test_the_meta_gradient_is_second_order_through_the_inner_steps():
+    learner, chains = learner64(), chains64()
+    ca.meta_loss(learner, chains).backward()
+    with torch.no_grad():
+        numeric = finite_difference(lambda: ca.meta_loss(learner, chains), learner.W)
+    torch.testing.assert_close(learner.W.grad, numeric, atol=1e-6, rtol=1e-5)
+    # a first-order meta-gradient (inner gradients treated as constants) is a different vector
+    first_order = learner64()
+    first_order.zero_grad()
+    W, b = first_order.W.expand(9, -1, -1), first_order.b.expand(9, -1)  # 3 chains x 3 pairs
+    goals = chains.goals[:, :-1].reshape(-1, 5, 4)
+    scales = chains.scales[:, :-1].reshape(-1, 4)
+    for m in range(first_order.inner_steps):
+        grads = torch.autograd.grad(ca.task_loss(W, b, goals, scales).sum(), (W, b))
+        W = W - first_order.alpha_W[m] * grads[0].detach()
+        b = b - first_order.alpha_b[m] * grads[1].detach()
+    target_goals, target_scales = chains.goals[:, 1:].reshape(-1, 5, 4), chains.scales[:, 1:]
+    ca.task_loss(W, b, target_goals, target_scales.reshape(-1, 4)).mean().backward()
+    assert (first_order.W.grad - numeric).abs().max() > 1e-3
+
+
+def test_the_step_sizes_receive_the_meta_gradient():
+    learner, chains = learner64(), chains64()
+    ca.meta_loss(learner, chains).backward()
+    assert learner.alpha_W.grad is not None and learner.alpha_W.grad.abs().min() > 0
+    with torch.no_grad():
+        numeric_W = finite_difference(lambda: ca.meta_loss(learner, chains), learner.alpha_W)
+        numeric_b = finite_difference(lambda: ca.meta_loss(learner, chains), learner.alpha_b)
+    torch.testing.assert_close(learner.alpha_W.grad, numeric_W, atol=1e-6, rtol=1e-5)
+    torch.testing.assert_close(learner.alpha_b.grad, numeric_b, atol=1e-6, rtol=1e-5)
+
+
+def test_fixed_step_sizes_are_left_out_of_the_meta_optimizer():
+    learner = ca.MetaLearner()
+    assert len(ca.meta_parameters(learner, learn_step_sizes=True)) == 4
+    fixed = ca.meta_parameters(learner, learn_step_sizes=False)
+    assert all(p is not learner.alpha_W and p is not learner.alpha_b for p in fixed)
+    assert not learner.alpha_W.requires_grad
+
+
+# -- training through the book's loop -----------------------------------------------------------------
+
+
+def test_meta_training_lowers_the_next_task_loss_and_follows_the_seed():
+    run = ca.meta_train(seed=0, iterations=150, goals=8, eval_every=50)
+    again = ca.meta_train(seed=0, iterations=150, goals=8, eval_every=50)
+    assert run.history.steps == [50, 100, 150]
+    assert torch.equal(run.learner.W, again.learner.W)
+    held_out = ca.task_chains(64, goals=8, generator=gen(9))
+    untrained = ca.meta_train(seed=0, iterations=1, goals=8)
+    with torch.no_grad():
+        before = ca.meta_loss(untrained.learner, held_out).item()
+        after = ca.meta_loss(run.learner, held_out).item()
+    assert after < 0.7 * before
+    assert not torch.equal(run.learner.alpha_W, untrained.learner.alpha_W)
+
+
+def test_no_adaptation_fits_a_fixed_policy_near_the_identity():
+    run = ca.train_no_adaptation(seed=0, iterations=300, goals=8, lr=0.03)
+    # one actuator in four weakens, so the best fixed gains sit a little above 1
+    diagonal = run.learner.W.detach().diagonal()
+    assert ((diagonal > 0.95) & (diagonal < 1.4)).all()
+
+
+def test_training_entry_points_reject_bad_arguments():
+    with pytest.raises(ValueError, match="iterations"):
+        ca.meta_train(seed=0, iterations=0)
+    with pytest.raises(TypeError, match="next_task"):
+        ca.meta_train(seed=0, next_task=1)
+    with pytest.raises(ValueError, match="inner_steps"):
+        ca.MetaLearner(inner_steps=0)
+    with pytest.raises(ValueError, match="lr"):
+        ca.train_no_adaptation(seed=0, lr=-0.1)
+
+
+def test_run_chains_rejects_bad_arguments():
+    learner, chains = ca.MetaLearner(), ca.task_chains(2, generator=gen())
+    with pytest.raises(ValueError, match="adaptation"):
+        ca.run_chains(learner, chains, adaptation="maml")
+    with pytest.raises(TypeError, match="MetaLearner"):
+        ca.run_chains(ca.Policy(), chains)
+    bad = ca.Chains(chains.scales[..., :3], chains.goals[..., :3])
+    with pytest.raises(ValueError, match="chains.goals"):
+        ca.run_chains(learner, bad)
