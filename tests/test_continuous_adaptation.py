@@ -24,7 +24,7 @@ def learner64(inner_steps=2, seed=0):
     return learner
 
 
-# -- the chains -------------------------------------------------------------------------------------
+# -- the chains ------------------------------------------------------------------------------------
 
 
 def test_one_actuator_weakens_linearly_from_one_to_one_minus_drift():
@@ -59,7 +59,7 @@ def test_task_chains_rejects_bad_arguments():
         ca.task_chains(2.5, generator=gen())
 
 
-# -- the task loss ------------------------------------------------------------------------------------
+# -- the task loss ---------------------------------------------------------------------------------
 
 
 def test_task_loss_by_hand_and_zero_at_the_inverse_gains():
@@ -72,7 +72,7 @@ def test_task_loss_by_hand_and_zero_at_the_inverse_gains():
     assert ca.task_loss(ideal, b, goals, scales).item() == pytest.approx(0.0, abs=1e-12)
 
 
-# -- adaptation ---------------------------------------------------------------------------------------
+# -- adaptation ------------------------------------------------------------------------------------
 
 
 def test_adaptation_is_gradient_steps_from_theta_with_the_learned_step_sizes():
@@ -130,7 +130,7 @@ def test_tracking_carries_its_parameters_and_no_adaptation_keeps_them():
         torch.testing.assert_close(tracked.weights[:, i], W)
 
 
-# -- the meta-loss and its gradient -------------------------------------------------------------------
+# -- the meta-loss and its gradient ----------------------------------------------------------------
 
 
 def test_the_meta_loss_judges_phi_on_the_next_task_and_maml_on_the_same_one():
@@ -200,7 +200,7 @@ def test_fixed_step_sizes_are_left_out_of_the_meta_optimizer():
     assert not learner.alpha_W.requires_grad
 
 
-# -- training through the book's loop -----------------------------------------------------------------
+# -- training through the book's loop --------------------------------------------------------------
 
 
 def test_meta_training_lowers_the_next_task_loss_and_follows_the_seed():
