@@ -17,7 +17,8 @@ Prediction*, NeurIPS (arXiv:1910.13038). The module follows the paper's set-up i
 
 2. **The agent.** A controller $C$ acts on what the agent sees, $a_t = C(\hat o_t)$; its task is
    to say where the point is now, with the loss $\ell = \frac1T \sum_t (a_t - x_t)^2$, always
-   measured against the real position. A world model $M$ maps what the agent saw and did to an
+   measured against the real position. Ours reads the position it sees, $a_t = w\,\hat x_t + b$,
+   and starts from $w = b = 0$. A world model $M$ maps what the agent saw and did to an
    observation, $M(\hat o_t, a_t)$; ours is a residual MLP,
    $M(o, a) = o + W_2 \tanh(W_1 [o, a] + b_1) + b_2$.
 
@@ -38,7 +39,8 @@ Prediction*, NeurIPS (arXiv:1910.13038). The module follows the paper's set-up i
 
 4. **Training.** The paper trains $C$ and $M$ together on the task's reward with an evolution
    strategy (PEPG). We train them by backpropagation through time on the task loss $\ell$ alone,
-   through the book's one training loop, each update on fresh episodes and a fresh peek pattern.
+   through the book's one training loop, each update on fresh episodes and a fresh peek pattern,
+   with Adam, a step size decaying linearly to a tenth, and gradient-norm clipping.
 
 5. **Measuring the emergent model.** Its one-step error: from a *real* observation and the
    controller's action, how far $M$'s guess of the next position is from the real one,
@@ -46,7 +48,7 @@ Prediction*, NeurIPS (arXiv:1910.13038). The module follows the paper's set-up i
    observation, $\mathbb E\,[(x_t - x_{t+1})^2]$. And its roll-outs: $M$ run on its own outputs
    from a real first observation ($p = 0$), beside the real trajectory.
 
-Entry points check their arguments (`BouncingPoint`, `WorldModel`, `Controller`, `peek_mask`,
+Entry points check their arguments (`BouncingPoint`, `WorldModel`, `peek_mask`,
 `rollout`, `train_agent`, `one_step_error`, `hold_error`, `task_error`, `imagine`); the helpers
 below them trust their input. Functions read each other from the module's globals when called,
 so a patched module (tests/mutants/observational_dropout.py) is seen everywhere.
@@ -62,7 +64,7 @@ from torch import nn
 from papernotes import checks
 from papernotes.training import History, evaluating, generator, seeded, train
 
-OBS = 2  # (position, last displacement)
+OBS = 2  # (position, velocity)
 
 # -- 1. the environment ---------------------------------------------------------------------------
 
