@@ -31,7 +31,9 @@ module follows the paper in order.
 4. **Experiment**: a convolutional network with a handful of 3x3 filters on the 8x8 digits
    (`FilterNet`), trained from several seeds with and without RandomOut (`train_lottery`),
    through the book's one training loop; RandomOut runs as a hook just before each optimizer
-   step (`RandomOut.attach`), so the loop itself is unchanged.
+   step (`RandomOut.attach`), so the loop itself is unchanged. The seeds' networks train side
+   by side as one module (`Lottery`: a grouped convolution, one group per seed), which leaves
+   each network's gradients, and so its CGN and its updates, as they would be alone.
 
 `randomout_` reads `conv_gradient_norm`, `filters_to_reset`, `reinitialise_filters_` and
 `clear_filter_state_` from the module when called, so that a patched module
@@ -181,8 +183,8 @@ class FilterNet(nn.Module):
     """`n_filters` 3x3 filters on the 8x8 image, ReLU, and a linear classifier on the 6x6 maps.
 
     Weights take PyTorch's default initialisation; the convolution's biases are drawn from
-    $U(-\\text{bias\\_shift}, 0)$, a shift towards negative pre-activations that makes some
-    initial filters dead or nearly so (bias_shift = 0: biases at 0)."""
+    U(-bias_shift, 0), a shift towards negative pre-activations that makes some initial filters
+    dead or nearly so (bias_shift = 0: biases at 0)."""
 
     def __init__(self, n_filters: int = 2, *, bias_shift: float = 1.0, n_classes: int = 10):
         super().__init__()
@@ -222,7 +224,7 @@ class Lottery(nn.Module):
 
     Member $s$ keeps its own weights, its own minibatches and its own loss. The members'
     convolutions are one grouped `nn.Conv2d` (group $s$ sees only member $s$'s images, so its
-    filters are rows $sF, \\dots, sF + F - 1$ of the weight), and their classifiers are one
+    filters are rows sF to sF + F - 1 of the weight), and their classifiers are one
     batched matrix product. The loss is the sum of the members' mean cross-entropies, so each
     member's gradient, and so its CGN, is exactly what it would be trained alone; SGD with
     momentum acts elementwise, so each member's updates are too. `member(s)` gives member $s$
