@@ -72,7 +72,7 @@ from papernotes.data import minibatches
 from papernotes.training import History, generator, seeded, train
 
 SHAPES = ("circle", "square", "triangle")
-LAYERS = ("conv1", "conv2", "conv3")  # fine (stride 2), middle (stride 4), top (stride 8)
+LAYERS = ("conv1", "pool2", "gap")  # fine (stride 1), middle (stride 4), top (one cell)
 
 # -- the data: shapes in a noisy window -----------------------------------------------------------
 
@@ -155,8 +155,11 @@ class ShapeNet(nn.Module):
     """Three 3x3 convolutions, each followed by ReLU and 2x2 max-pooling, then global average
     pooling and a linear layer over the shape classes.
 
-    `feature_maps(x)` returns the three pooled maps, conv1 (stride 2), conv2 (stride 4) and
-    conv3 (stride 8): on a 24-pixel window 12 x 12, 6 x 6 and 3 x 3 cells.
+    `feature_maps(x)` returns, like the paper's pool2, conv4 and fc7, a fine map, a coarse one
+    and a single vector: conv1 (the first convolution after its ReLU, stride 1), pool2 (the
+    second convolution's pooled output, stride 4) and gap (the third's pooled output averaged
+    over the window, the vector the classifier reads, as a 1 x 1 map): on a 24-pixel window
+    24 x 24, 6 x 6 and 1 x 1 cells.
     """
 
     def __init__(self, channels: Sequence[int] = (8, 16, 32), n_classes: int = len(SHAPES)):
@@ -173,14 +176,13 @@ class ShapeNet(nn.Module):
         self.channels = tuple(channels)
 
     def feature_maps(self, x: torch.Tensor) -> list[torch.Tensor]:
-        maps = []
-        for conv in self.convs:
-            x = F.max_pool2d(F.relu(conv(x)), 2)
-            maps.append(x)
-        return maps
+        conv1 = F.relu(self.convs[0](x))
+        pool2 = F.max_pool2d(F.relu(self.convs[1](F.max_pool2d(conv1, 2))), 2)
+        pool3 = F.max_pool2d(F.relu(self.convs[2](pool2)), 2)
+        return [conv1, pool2, pool3.mean((2, 3), keepdim=True)]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.head(self.feature_maps(x)[-1].mean((2, 3)))
+        return self.head(self.feature_maps(x)[-1].flatten(1))
 
 
 def pretrain(

@@ -76,8 +76,8 @@ def test_upsampling_puts_each_cell_at_the_centre_of_the_pixels_it_pools():
 
 def test_select_keeps_the_named_layers_in_the_networks_order():
     maps = pyramid()
-    assert [m.shape[1] for m in hc.select(maps, ["conv3", "conv1"])] == [3, 5]
-    assert hc.select(maps, ["conv3"])[0] is maps[2]
+    assert [m.shape[1] for m in hc.select(maps, ["gap", "conv1"])] == [3, 5]
+    assert hc.select(maps, ["gap"])[0] is maps[2]
 
 
 def test_hypercolumns_reject_bad_input():
@@ -248,10 +248,10 @@ def test_generate_shapes_rejects_bad_arguments():
         hc.generate_shapes(5, clutter=1)
 
 
-def test_shapenet_maps_have_strides_2_4_8():
+def test_shapenet_maps_have_strides_1_4_8():
     net = hc.ShapeNet((4, 5, 6))
     maps = net.feature_maps(torch.zeros(3, 1, 24, 24))
-    assert [tuple(m.shape) for m in maps] == [(3, 4, 12, 12), (3, 5, 6, 6), (3, 6, 3, 3)]
+    assert [tuple(m.shape) for m in maps] == [(3, 4, 24, 24), (3, 5, 6, 6), (3, 6, 1, 1)]
     assert net(torch.zeros(3, 1, 24, 24)).shape == (3, 3)
     with pytest.raises(ValueError, match="channels"):
         hc.ShapeNet((4, 5))
@@ -273,10 +273,10 @@ def test_pretraining_learns_the_shapes_and_freezes_the_network():
 def test_sampled_pixels_carry_their_hypercolumns_and_labels():
     data = hc.generate_shapes(20, generator=gen(15))
     net = hc.ShapeNet().eval()
-    sample = hc.sample_pixels(net, data, ["conv1", "conv3"], 500, generator=gen(16), chunk=7)
+    sample = hc.sample_pixels(net, data, ["conv1", "gap"], 500, generator=gen(16), chunk=7)
     assert sample.features.shape == (500, 8 + 32)
     with torch.no_grad():
-        full = hc.hypercolumns(hc.select(net.feature_maps(data.images), ["conv1", "conv3"]), 24)
+        full = hc.hypercolumns(hc.select(net.feature_maps(data.images), ["conv1", "gap"]), 24)
     i, (r, c) = sample.images, sample.positions.T
     assert torch.allclose(sample.features, full[i, :, r, c], atol=1e-6)
     assert torch.equal(sample.labels, data.masks[i, r, c])
