@@ -217,7 +217,7 @@ def meta_train(
     drift: float = 0.75,
     goals: int = GOALS,
     iterations: int = 1000,
-    chains_per_update: int = 16,
+    chains_per_update: int = 8,
     lr: float = 0.03,
     eval_every: int = 50,
 ) -> Run:
@@ -265,7 +265,7 @@ def train_no_adaptation(
     drift: float = 0.75,
     goals: int = GOALS,
     iterations: int = 1000,
-    chains_per_update: int = 16,
+    chains_per_update: int = 8,
     lr: float = 0.01,
 ) -> Run:
     """The no-adaptation baseline: one policy fitted by Adam to every episode of the training
