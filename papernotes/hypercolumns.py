@@ -4,8 +4,9 @@ Hariharan, Arbeláez, Girshick & Malik 2015, *Hypercolumns for Object Segmentati
 Fine-grained Localization*, CVPR (arXiv:1411.5752). The module follows the paper in order.
 
 1. **The hypercolumn.** A CNN's layer $l$ gives a map $F^{(l)}$ of $C_l$ channels on a grid
-   coarser than the image (stride $s_l$). Upsample each map to the image's size by bilinear
-   interpolation: the value at pixel $i$ is a weighted sum of the map's nearest cells $k$,
+   as fine as the image or coarser (stride $s_l$; a fully connected layer is a 1 x 1 map).
+   Upsample each map to the image's size by bilinear interpolation: the value at pixel $i$ is
+   a weighted sum of the map's nearest cells $k$,
 
    $$f^{(l)}_i = \sum_k \alpha_{ik} F^{(l)}_k,$$
 
@@ -19,8 +20,8 @@ Fine-grained Localization*, CVPR (arXiv:1411.5752). The module follows the paper
    Deep layers know *what* is in the image but their cells are large; shallow layers know
    *where* edges are but little else. The hypercolumn gives a per-pixel classifier both.
 
-2. **Feature scales.** Layers differ in scale by orders of magnitude, and an unnormalised
-   classifier is dominated by the largest. We standardise every channel with the mean
+2. **Feature scales.** Layers can differ in scale by orders of magnitude, and then an
+   unnormalised classifier is dominated by the largest. We standardise every channel with the mean
    $\mu_c$ and standard deviation $\sigma_c$ of its values at the training pixels,
    $\hat h_{ic} = (h_{ic} - \mu_c) / \sigma_c$ (a per-channel affine map, so it commutes
    with the upsampling).
@@ -46,15 +47,17 @@ Fine-grained Localization*, CVPR (arXiv:1411.5752). The module follows the paper
    `classify_then_upsample` does it here and must agree with the explicit route.
 
 5. **Experiment.** Generated figure-ground data (a circle, square or triangle near the middle
-   of a noisy window); a small CNN trained on the *image* label and frozen; per-pixel
-   classifiers over hypercolumns of its top layer only, top and middle, or all three; their
-   IoU and their accuracy in a band around the true boundaries.
+   of a noisy window, with a smaller shape cut by a corner as clutter); a small CNN trained on
+   the *image* label and frozen; per-pixel classifiers over hypercolumns of its top (gap)
+   alone, top and middle (pool2), all three (with conv1), or the fine layer alone; their IoU
+   and their accuracy in a band around the true boundaries.
 
-Every function reads `upsample`, `hypercolumns` and `interpolation_weights` from this module when
-called, so a patched module (tests/mutants/hypercolumns.py) is seen everywhere. Arguments are
-checked at the entry points (`generate_shapes`, `ShapeNet`, `pretrain`, `hypercolumns`,
-`Standardizer.fit`, `LocationClassifier`, `train_pixel_classifier`, `classify_then_upsample`,
-`boundary_band`, `segmentation_scores`); the helpers below them trust their input.
+Every function reads `select`, `upsample`, `hypercolumns` and `interpolation_weights` from this
+module when called, so a patched module (tests/mutants/hypercolumns.py) is seen everywhere.
+Arguments are checked at the entry points (`generate_shapes`, `ShapeNet`, `pretrain`,
+`hypercolumns`, `select`, `Standardizer.fit`, `LocationClassifier`, `sample_pixels`,
+`train_pixel_classifier`, `classify_then_upsample`, `boundary_band`, `segmentation_scores`,
+`predict_masks`); the helpers below them trust their input.
 """
 
 from __future__ import annotations
