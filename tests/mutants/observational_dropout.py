@@ -81,9 +81,11 @@ def model_fed_the_real_observation():
     m.rollout = rollout
 
 
+# The leak above is not listed: it makes the agent better at every p, so it passes every claim
+# (the chapter's measures cannot tell a leaking agent from a very good one). The unit test
+# test_with_p_zero_the_real_observation_is_never_seen_after_the_first_step catches it.
 MUTANTS = [
     peek_mask_inverted,
     model_output_one_step_late,
     prediction_loss_added,
-    model_fed_the_real_observation,
 ]
