@@ -370,7 +370,7 @@ def pretrain(
     causal: bool,
     seed: int,
     steps: int = 800,
-    batch_size: int = 64,
+    batch_size: int = 32,
     lr: float = 3e-3,
     eval_every: int = 100,
     mask_prob: float = 0.15,
