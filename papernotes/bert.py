@@ -62,7 +62,7 @@ from torch import nn
 
 from papernotes import checks
 from papernotes.data import minibatches
-from papernotes.training import History, evaluating, generator, seeded, train
+from papernotes.training import History, accuracy, evaluating, generator, seeded, train
 
 # -- the vocabulary -------------------------------------------------------------------------------
 
@@ -443,8 +443,7 @@ class ProbeRun:
 
     def accuracy(self, x: torch.Tensor, y: torch.Tensor) -> float:
         with evaluating(self.probe):
-            logits = self.probe((x - self.mean) / self.std)
-        return (logits.argmax(-1) == y).float().mean().item()
+            return accuracy(self.probe((x - self.mean) / self.std), y)
 
 
 def train_probe(

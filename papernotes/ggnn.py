@@ -60,7 +60,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from papernotes import checks
-from papernotes.training import History, evaluating, generator, seeded, train
+from papernotes.data import minibatches
+from papernotes.training import History, accuracy, evaluating, generator, seeded, train
 
 # The random streams of a run (papernotes.training.generator(seed, stream)).
 TRAIN_STREAM, VALIDATION_STREAM, TEST_STREAM, BATCH_STREAM = 1, 2, 3, 4
@@ -365,7 +366,7 @@ def train_ggnn(
     with seeded(seed):
         model = NodeSelector(1, hidden_size, len(EDGE_TYPES), steps)
     n = len(train_set)
-    batches = _minibatches(n, min(batch_size, n), generator(seed, BATCH_STREAM))
+    batches = minibatches(n, min(batch_size, n), generator(seed, BATCH_STREAM))
 
     def loss_of_update(_):
         annotation, edge_index, edge_type, batch, answer = train_set.graphs(next(batches))
@@ -378,13 +379,6 @@ def train_ggnn(
         evaluate=lambda: {"val_accuracy": ggnn_accuracy(model, val_set)}, desc="GG-NN",
     )  # fmt: skip
     return Run(model, history)
-
-
-def _minibatches(n: int, batch_size: int, g: torch.Generator):
-    while True:
-        order = torch.randperm(n, generator=g)
-        for start in range(0, n - batch_size + 1, batch_size):
-            yield order[start : start + batch_size]
 
 
 # -- 6. The sequence baseline: an LSTM over the facts as text ----------------------------------
@@ -410,7 +404,7 @@ class FactsLSTM(nn.Module):
 
 def lstm_accuracy(model: FactsLSTM, task: Deduction) -> float:
     with evaluating(model):
-        return (model(task.tokens).argmax(1) == task.answer_symbol).float().mean().item()
+        return accuracy(model(task.tokens), task.answer_symbol)
 
 
 def train_lstm(
@@ -431,7 +425,7 @@ def train_lstm(
     with seeded(seed):
         model = FactsLSTM(hidden_size)
     n = len(train_set)
-    batches = _minibatches(n, min(batch_size, n), generator(seed, BATCH_STREAM))
+    batches = minibatches(n, min(batch_size, n), generator(seed, BATCH_STREAM))
 
     def loss_of_update(_):
         index = next(batches)
