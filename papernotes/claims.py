@@ -90,12 +90,13 @@ class Claim:
             return "yes or no"
         return f"{self.measured:.4g} {_SYMBOLS[self.op]} {self.bound:.4g}"
 
-    def verdict(self) -> str:
+    def verdict_word(self) -> str:
         if self.status == NOT_REPRODUCED:
             return "does not hold" if not self.holds else "holds here"
-        if not self.holds:
-            return "FAILS"
-        return "holds (thin)" if self.thin else "holds"
+        return "holds" if self.holds else "FAILS"
+
+    def verdict(self) -> str:
+        return "holds (thin)" if self.thin else self.verdict_word()
 
 
 def margin(measured: float, op: str, bound: float) -> float:
@@ -204,10 +205,20 @@ class Claims:
             for c in self.items
         ]
         columns = ["claim", "status", "paper", "ours", "condition", "margin", "verdict"]
-        return Table(columns, rows, css_class="pn-claims")
+        measured = ["ours", "condition", "margin"]
+        return Table(columns, rows, css_class="pn-claims", measured=measured)
 
-    def _repr_html_(self) -> str:
-        return self.table()._repr_html_()
+    def verdicts(self) -> str:
+        """Each claim's status and verdict, without the numbers: what must read the same on
+        every machine (a margin may be thin on one CPU and not on another, so no "thin")."""
+        lines = [f"Claims of {self.chapter!r}:"]
+        lines += [f"- {c.verdict_word()} ({c.status}): {c.statement}" for c in self.items]
+        return "\n".join(lines)
+
+    def _repr_mimebundle_(self, include=None, exclude=None) -> dict:
+        # A notebook shows the table; its plain-text view (what nbval compares on any machine,
+        # beside the table with its measured columns masked) is the verdicts alone.
+        return {"text/html": self.table()._repr_html_(), "text/plain": self.verdicts()}
 
     def __repr__(self) -> str:
         return f"Claims of {self.chapter!r}:\n{self.table()!r}"

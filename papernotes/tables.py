@@ -25,6 +25,7 @@ class Table:
         formats: Mapping[str, str] | None = None,
         title: str = "",
         css_class: str = "pn-table",
+        measured: Sequence[str] = (),
     ):
         self.columns = [str(c) for c in columns]
         formats = dict(formats or {})
@@ -45,11 +46,17 @@ class Table:
         ]
         self.title = title
         self.css_class = css_class
+        # Columns of numbers measured by training: their cells are marked so that a comparison
+        # across machines can mask them (tests/nbval_sanitize_lax.cfg).
+        unknown = sorted(set(measured) - set(self.columns))
+        if unknown:
+            raise ValueError(f"measured names unknown column(s) {unknown}; columns: {self.columns}")
+        self.measured = {self.columns.index(c) for c in measured}
 
     def _repr_html_(self) -> str:
         head = "".join(f"<th>{html.escape(c)}</th>" for c in self.columns)
         body = "".join(
-            "<tr>" + "".join(f"<td>{html.escape(cell)}</td>" for cell in row) + "</tr>"
+            "<tr>" + "".join(self._td(i, cell) for i, cell in enumerate(row)) + "</tr>"
             for row in self.cells
         )
         caption = f"<caption>{html.escape(self.title)}</caption>" if self.title else ""
@@ -57,6 +64,10 @@ class Table:
             f'<table class="{self.css_class}">{caption}<thead><tr>{head}</tr></thead>'
             f"<tbody>{body}</tbody></table>"
         )
+
+    def _td(self, column: int, cell: str) -> str:
+        marker = ' class="pn-measured"' if column in self.measured else ""
+        return f"<td{marker}>{html.escape(cell)}</td>"
 
     def __repr__(self) -> str:
         widths = [

@@ -134,3 +134,71 @@ def test_the_repository_url_is_named_in_one_place_only():
     for path in CHAPTERS:  # only the stamped setup cell carries it
         cells = [c for c in load(path).cells if url in c.source]
         assert [c.source for c in cells] == [book.setup_cell_source()]
+
+
+# -- on another machine the page must not contradict itself ----------------------------------------
+
+CHECK_TAG = "nbval-check-output"
+# A number with a decimal point and at least two significant digits (0.877, 98.4, 6.4e-4, 1.3):
+# the kind a trained model prints. Integers and one-digit decimals (a seed, 0.5) are left out.
+DECIMAL = re.compile(r"(?<![\w.])\d+\.\d+(?:e-?\d+)?(?![\w.]*\d)")
+
+
+def decimals(text: str) -> set[str]:
+    found = set()
+    for number in DECIMAL.findall(text):
+        digits = number.split("e")[0].replace(".", "").lstrip("0")
+        if len(digits) >= 2:
+            found.add(number)
+    return found
+
+
+def output_text(cell) -> str:
+    parts = []
+    for output in cell.get("outputs", []):
+        if output.get("output_type") == "stream":
+            parts.append(output.get("text", ""))
+        for mime, value in output.get("data", {}).items():
+            if mime.startswith("text/"):
+                parts.append("".join(value) if isinstance(value, list) else value)
+    return "\n".join(parts)
+
+
+def quoted_trained_numbers(nb) -> list[str]:
+    """Decimals in the prose that the chapter prints only in cells whose outputs vary with the
+    CPU (not tagged nbval-check-output): on another machine the page would print other digits
+    beside the same prose. A number also in the code or in a portable output (a constant, a
+    paper's figure in the claims table) is not one of them."""
+    prose = "\n".join(c.source for c in nb.cells if c.cell_type == "markdown")
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    varying = "\n".join(output_text(c) for c in code if CHECK_TAG not in c.metadata.get("tags", []))
+    fixed = "\n".join(
+        [c.source for c in code]
+        + [output_text(c) for c in code if CHECK_TAG in c.metadata.get("tags", [])]
+    )
+    return sorted(decimals(prose) & (decimals(varying) - decimals(fixed)))
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=chapter_id)
+def test_the_prose_quotes_no_number_that_moves_with_the_cpu(path):
+    quoted = quoted_trained_numbers(load(path))
+    assert not quoted, (
+        f"{path.stem}'s prose quotes {quoted}, printed only by cells whose outputs vary with the "
+        "CPU: point at the printed cell, or say it in a form that holds on any CPU and seed "
+        "(about, an inequality, the claim's bound)"
+    )
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=chapter_id)
+def test_each_chapter_keeps_two_cells_compared_on_any_cpu(path):
+    code = [c for c in load(path).cells if c.cell_type == "code"]
+    tagged = [c for c in code if CHECK_TAG in c.metadata.get("tags", [])]
+    assert len(tagged) >= 2, f"{path.stem}: fewer than two cells tagged {CHECK_TAG} (make portable)"
+    assert any("claims.check()" in c.source for c in tagged), "the claims cell is not compared"
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=chapter_id)
+def test_each_chapters_outputs_name_the_machine_that_computed_them(path):
+    import kernels
+
+    assert kernels.outputs_machine(load(path)), f"{path.stem}: run `make refresh` for it"

@@ -1,6 +1,8 @@
 """Claims: statuses, conditions and margins, the table, the assertion, the record."""
 
 import json
+import re
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -9,6 +11,8 @@ import torch
 import papernotes as pn
 from papernotes import chapter
 from papernotes.claims import Claims, ClaimsFailed, book_root, margin, record_dir
+
+LAX = Path(__file__).parent / "nbval_sanitize_lax.cfg"
 
 
 @pytest.fixture
@@ -98,12 +102,39 @@ def test_the_table_shows_status_condition_margin_and_verdict_escaped():
     claims.add("a <b> claim", paper="p & q", ours="o", measured=0.72, op=">=", bound=0.7)
     claims.add("second", paper="p", ours="o", holds=False)
     claims.add("third", paper="p", ours="o", status=pn.NOT_REPRODUCED, holds=False)
-    table = claims._repr_html_()
+    table = claims._repr_mimebundle_()["text/html"]
     assert table.count("<tr>") == 4
     assert "a &lt;b&gt; claim" in table and "p &amp; q" in table
-    assert "<td>holds (thin)</td>" in table and "<td>+3%</td>" in table
+    assert "<td>holds (thin)</td>" in table and '<td class="pn-measured">+3%</td>' in table
     assert "<td>FAILS</td>" in table and "<td>does not hold</td>" in table
     assert "not reproduced" in repr(claims)
+
+
+def sanitized(text: str, config: Path) -> str:
+    from nbval.plugin import get_sanitize_patterns
+
+    for regex, replace in get_sanitize_patterns(config.read_text()):
+        text = re.sub(regex, replace, text)
+    return text
+
+
+def test_another_machine_compares_the_verdicts_and_not_the_measurements():
+    """The text view holds no number, and the lax sanitizer masks exactly the measured columns:
+    two runs that differ in rounding read the same, a flipped verdict or status does not."""
+
+    def shown(measured, status=pn.ANALOG, bound=0.7):
+        claims = Claims("demo")
+        claims.add("the claim", paper="paper's 0.9", ours=f"{measured:.3f}", status=status,
+                   measured=measured, op=">=", bound=bound)  # fmt: skip
+        claims.add("yes or no", paper="p", ours="o", holds=True)
+        bundle = claims._repr_mimebundle_()
+        return bundle["text/plain"], sanitized(bundle["text/html"], LAX)
+
+    assert shown(0.72) == shown(0.9134)  # thin on one machine, not on the other
+    assert "0.9" not in shown(0.9134)[0] and "paper&#x27;s 0.9" in shown(0.9134)[1]
+    assert shown(0.72) != shown(0.69)  # the verdict flipped
+    assert shown(0.72) != shown(0.72, status=pn.REPRODUCED)
+    assert shown(0.72)[0].splitlines()[1] == "- holds (analog): the claim"
 
 
 def test_slugs_must_be_names():

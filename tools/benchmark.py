@@ -36,16 +36,12 @@ TABLE = book.ROOT / "BENCHMARK.md"
 
 def time_chapter(path: Path) -> dict:
     """Execute one chapter in a fresh kernel; its wall time and the kernel's peak memory."""
+    import kernels
     import nbformat
-    from nbclient import NotebookClient
 
     nb = nbformat.read(path, as_version=4)
-    client = NotebookClient(
-        nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}}
-    )
-    start = time.perf_counter()
-    client.execute()  # kernel start, imports and every cell, kernel shut down and reaped
-    seconds = time.perf_counter() - start
+    # kernel start, imports and every cell, kernel shut down and reaped
+    seconds = kernels.execute(nb, path, record_dir=book.ROOT / "_build" / "records", timeout=600)
     peak_kib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss  # KiB on Linux
     return {"seconds": round(seconds, 1), "peak_mib": round(peak_kib / 1024)}
 

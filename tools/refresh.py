@@ -4,24 +4,27 @@
     .venv/bin/python tools/refresh.py chapters/concrete.ipynb
 
 Each chapter gets the book's setup cell (tools/book.py), runs top to bottom in a fresh kernel in
-chapters/ with progress bars off, and is saved with what varies between runs taken out: execution
-timestamps, widget state, and the live-widget view of knob panels (a stored widget view has no
-kernel behind it; the panel's static HTML view stays and shows in Jupyter until the cell runs).
+chapters/ with progress bars off (tools/kernels.py), two chapters at a time, and is saved with
+what varies between runs taken out: execution timestamps, widget state, and the live-widget view
+of knob panels (a stored widget view has no kernel behind it; the panel's static HTML view stays
+and shows in Jupyter until the cell runs). The machine that computed the outputs is written into
+the chapter's metadata: nbval compares every output on that machine, and only the cells tagged
+`nbval-check-output` on any other (conftest.py).
 """
 
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
 import nbformat
-from nbclient import NotebookClient
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import book
+import kernels
 
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 
@@ -31,21 +34,12 @@ def stamp_setup_cell(nb) -> None:
     first_code.source = book.setup_cell_source()
 
 
-def execute(nb, path: Path) -> None:
-    os.environ["PAPERNOTES_QUIET"] = "1"  # the kernel inherits it
-    os.environ.setdefault("PAPERNOTES_RECORD_DIR", str(book.ROOT / "_build" / "records"))
-    client = NotebookClient(
-        nb,
-        timeout=300,
-        kernel_name="python3",
-        resources={"metadata": {"path": str(path.parent)}},
-        # Widget state is stored while executing (nbclient's Output-widget capture needs it)
-        # and dropped again by normalize().
-    )
-    client.execute()
+WORKERS = 2
 
 
 def normalize(nb) -> None:
+    # Widget state is stored while executing (nbclient's Output-widget capture needs it) and
+    # dropped here.
     nb.metadata.pop("widgets", None)
     for cell in nb.cells:
         cell.metadata.pop("execution", None)
@@ -65,10 +59,9 @@ def normalize(nb) -> None:
 def refresh(path: Path) -> float:
     nb = nbformat.read(path, as_version=4)
     stamp_setup_cell(nb)
-    start = time.perf_counter()
-    execute(nb, path)
-    seconds = time.perf_counter() - start
+    seconds = kernels.execute(nb, path, record_dir=book.ROOT / "_build" / "records")
     normalize(nb)
+    nb.metadata.setdefault(kernels.METADATA_KEY, {})["outputs_from"] = kernels.machine()
     nbformat.validate(nb)
     text = nbformat.writes(nb) + "\n"
     if path.read_text() != text:
@@ -80,10 +73,20 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("chapters", nargs="*", type=Path, help="notebooks (default: every chapter)")
     args = parser.parse_args(argv)
-    for path in args.chapters or book.chapter_files():
-        seconds = refresh(path.resolve())
-        print(f"{path}: executed and saved ({seconds:.1f} s)")
-    return 0
+    chapters = [p.resolve() for p in args.chapters] or book.chapter_files()
+    start, failed = time.perf_counter(), []
+    with ProcessPoolExecutor(max_workers=WORKERS) as pool:
+        futures = {pool.submit(refresh, path): path for path in chapters}
+        for done, future in enumerate(as_completed(futures), start=1):
+            path = futures[future]
+            try:
+                what = f"{path.stem}: executed and saved ({future.result():.1f} s)"
+            except kernels.ChapterFailed as failure:
+                what, failed = f"FAILED {failure}", [*failed, path.stem]
+            kernels.progress(done, len(chapters), start, what)
+    if failed:
+        print(f"not saved (a cell failed): {', '.join(failed)}", file=sys.stderr)
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

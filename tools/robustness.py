@@ -27,7 +27,6 @@ import fcntl
 import hashlib
 import importlib.util
 import json
-import os
 import sys
 import tempfile
 import time
@@ -35,11 +34,10 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import nbformat
-from nbclient import NotebookClient
-from nbclient.exceptions import CellExecutionError
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import book
+import kernels
 
 RESULTS = book.ROOT / "tests" / "robustness.json"
 MUTANTS_DIR = book.ROOT / "tests" / "mutants"
@@ -93,19 +91,10 @@ def run(path: Path, seed: int = 0, mutant: str | None = None) -> dict:
         )
         nb.cells.insert(first_code + 1, nbformat.v4.new_code_cell(patch))
     with tempfile.TemporaryDirectory() as records:
-        os.environ.update(
-            PAPERNOTES_QUIET="1", PAPERNOTES_SEED=str(seed), PAPERNOTES_RECORD_DIR=records
-        )
-        client = NotebookClient(
-            nb,
-            timeout=600,
-            kernel_name="python3",
-            resources={"metadata": {"path": str(path.parent)}},
-        )
         ended, error = "passed", ""
         try:
-            client.execute()
-        except CellExecutionError as failure:
+            kernels.execute(nb, path, seed=seed, record_dir=records, timeout=600)
+        except kernels.ChapterFailed as failure:
             ended = "claims failed" if failure.ename == "ClaimsFailed" else "crashed"
             error = f"{failure.ename}: {failure.evalue}"[:500]
         record = Path(records) / f"{path.stem}.json"

@@ -1,0 +1,64 @@
+"""Kernels start side by side without a hang, and a chapter that fails says which and where."""
+
+import sys
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+import kernels
+import nbformat
+import pytest
+
+PARALLEL_STARTS = 20
+
+
+def start_run_stop(_: int) -> str:
+    """Start a kernel the way nbval does (tools/kernels.py's manager), run a cell, stop it."""
+    manager = kernels.IpcKernelManager(kernel_name="python3")
+    manager.start_kernel(stderr=sys.stderr)
+    client = manager.client()
+    client.start_channels()
+    try:
+        client.wait_for_ready(timeout=kernels.STARTUP_TIMEOUT_S)
+        reply = client.execute_interactive("6 * 7", timeout=60, store_history=False)
+        return reply["content"]["status"] + f" {manager.transport}"
+    finally:
+        client.stop_channels()
+        manager.shutdown_kernel(now=True)
+
+
+@pytest.mark.slow
+def test_twenty_kernels_started_at_once_all_answer():
+    # Twenty at once on two cores: far more contention than pytest-xdist or the book's two
+    # executors ever make. A port race would leave a client waiting on a kernel that never hears
+    # it; the timeouts above turn that into a failure instead of a hang.
+    with ProcessPoolExecutor(max_workers=PARALLEL_STARTS) as pool:
+        replies = list(pool.map(start_run_stop, range(PARALLEL_STARTS), timeout=600))
+    assert replies == ["ok ipc"] * PARALLEL_STARTS
+
+
+def test_a_failing_chapter_names_itself_and_its_cell(tmp_path):
+    nb = nbformat.v4.new_notebook(
+        cells=[
+            nbformat.v4.new_markdown_cell("# a chapter"),
+            nbformat.v4.new_code_cell("import os\nprint(os.environ['PAPERNOTES_SEED'])"),
+            nbformat.v4.new_code_cell("1 / 0"),
+        ]
+    )
+    with pytest.raises(kernels.ChapterFailed, match=r"demo: cell 1 failed: ZeroDivisionError"):
+        kernels.execute(nb, tmp_path / "demo.ipynb", seed=3)
+    assert nb.cells[1].outputs[0]["text"] == "3\n"  # the seed reached the kernel
+
+
+def test_a_cell_that_hangs_times_out_naming_the_chapter(tmp_path):
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("import time; time.sleep(60)")])
+    with pytest.raises(kernels.ChapterFailed, match=r"slow: cell 0 failed: CellTimeoutError"):
+        kernels.execute(nb, Path(tmp_path) / "slow.ipynb", timeout=2)
+
+
+def test_the_machine_names_torchs_kernels(monkeypatch):
+    import torch
+
+    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "DEFAULT")
+    assert "(DEFAULT)" in kernels.machine()
+    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "AVX512")
+    assert "(AVX512)" in kernels.machine()
