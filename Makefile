@@ -7,13 +7,14 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: book test check venv chromium lab stamp refresh portable bench seeds mutants clean
+.PHONY: book test check new venv chromium lab stamp refresh portable bench seeds mutants clean
 
-## book: set up .venv and build the HTML book into _build/html, executing every chapter
-## (two at a time, one per core, into a fresh cache that the strict build then reads)
+## book: set up .venv and build the HTML book into _build/html, executing the chapters whose
+## code changed (two at a time, one per core) into the cache that the strict build then reads;
+## `make clean book` starts from nothing
 book: $(STAMP)
 	$(BIN)/python tools/execute.py
-	PAPERNOTES_QUIET=1 PAPERNOTES_EXECUTE=cache $(BIN)/jupyter-book build --all -W -n --keep-going .
+	PAPERNOTES_QUIET=1 PAPERNOTES_EXECUTE=cache $(BIN)/jupyter-book build -W -n --keep-going -q .
 
 ## test: lint, unit tests and nbval over every chapter (each chapter executes once, on both
 ## cores), then the strict book build from the outputs nbval checked, and the browser checks
@@ -24,11 +25,29 @@ test: $(STAMP) chromium
 	$(BIN)/python -m pytest -n 2 --dist loadfile --nbval tests chapters
 	$(BIN)/python -m pytest -m "book or slow"
 
-## check: the fast loop, lint and the unit tests, no chapter executed (bare `pytest` does the same)
+## check: the fast loop, lint and the unit tests, no chapter executed (bare `pytest` does the same).
+## check CHAPTERS="chapters/x.ipynb ...": one chapter's loop: its unit tests and hygiene, nbval on
+## it, its seeds and mutants, then the strict build and the browser checks (the whole-book tests
+## skip: the other chapters did not run)
+SLUGS := $(basename $(notdir $(CHAPTERS)))
 check: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+ifeq ($(strip $(CHAPTERS)),)
 	$(BIN)/python -m pytest -n 2 --dist loadfile
+else
+	$(BIN)/python -m pytest $(foreach s,$(SLUGS),tests/test_$(s).py)
+	$(BIN)/python -m pytest tests/test_book.py -k "$(subst $(eval) , or ,$(SLUGS)) or not chapter"
+	$(BIN)/python -m pytest -n 2 --dist loadfile --nbval $(CHAPTERS)
+	$(BIN)/python tools/robustness.py seeds $(CHAPTERS)
+	$(BIN)/python tools/robustness.py mutants $(CHAPTERS)
+	$(BIN)/python -m pytest tests/test_robustness.py -k "$(subst $(eval) , or ,$(SLUGS))"
+	$(BIN)/python -m pytest -m book
+endif
+
+## new: lay out a chapter's four files and list it in the book (SLUG=layer_norm PART="...")
+new: $(STAMP)
+	$(BIN)/python tools/new_chapter.py $(SLUG) $(if $(PART),--part "$(PART)")
 
 ## venv: only set up the environment
 venv: $(STAMP)

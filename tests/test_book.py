@@ -202,3 +202,48 @@ def test_each_chapters_outputs_name_the_machine_that_computed_them(path):
     import kernels
 
     assert kernels.outputs_machine(load(path)), f"{path.stem}: run `make refresh` for it"
+
+
+# -- a scaffold (make new) never passes until it is written ---------------------------------------
+
+
+def unwritten(root) -> list[str]:
+    """Files of the book that still hold the scaffold's placeholder marker."""
+    from new_chapter import MARKER
+
+    places = [*root.glob("chapters/*.ipynb"), *root.glob("papernotes/**/*.py")]
+    places += [*root.glob("tests/**/*.py"), root / "_toc.yml", root / "intro.md"]
+    return sorted(
+        str(p.relative_to(root)) for p in places if p.is_file() and MARKER in p.read_text()
+    )
+
+
+def test_no_file_of_the_book_is_an_unwritten_scaffold():
+    assert not unwritten(book.ROOT), "write these (make new left placeholders in them)"
+
+
+def test_a_scaffolded_chapter_is_listed_and_caught_until_written(tmp_path):
+    import shutil
+
+    import new_chapter
+
+    for folder in ("chapters", "papernotes", "tests/mutants"):
+        (tmp_path / folder).mkdir(parents=True)
+    for name in ("_toc.yml", "intro.md", "_config.yml"):
+        shutil.copy(book.ROOT / name, tmp_path / name)
+    new_chapter.scaffold("layer_norm", "Normalization and initialization", tmp_path)
+    new_chapter.scaffold("world_models", "A new part", tmp_path)
+    assert "chapters/layer_norm" in book.toc_files(tmp_path)
+    assert book.toc_files(tmp_path)[-1] == "chapters/world_models"
+    intro = (tmp_path / "intro.md").read_text()
+    assert "{doc}`chapters/layer_norm`" in intro and "**A new part**" in intro
+    assert intro.index("chapters/layer_norm") < intro.index("**Memory, attention")
+    assert unwritten(tmp_path) == [
+        "chapters/layer_norm.ipynb", "chapters/world_models.ipynb", "intro.md",
+        "papernotes/layer_norm.py", "papernotes/world_models.py",
+        "tests/mutants/layer_norm.py", "tests/mutants/world_models.py",
+        "tests/test_layer_norm.py", "tests/test_world_models.py",
+    ]  # fmt: skip
+    nb = nbformat.read(tmp_path / "chapters" / "layer_norm.ipynb", as_version=4)
+    first_code = next(c for c in nb.cells if c.cell_type == "code")
+    assert first_code.source == book.setup_cell_source(tmp_path)

@@ -1,6 +1,7 @@
 """The strict HTML build, and what its pages must hold (run by `make test` as `pytest -m book`)."""
 
 import json
+import os
 import re
 from html.parser import HTMLParser
 from urllib.parse import unquote, urlsplit
@@ -47,6 +48,24 @@ def test_chapter_pages_carry_claims_knobs_and_launch_buttons(built_book):
         assert f"_sources/chapters/{slug}.ipynb" in text  # the .ipynb download
 
 
+@pytest.fixture
+def every_record(built_book):
+    """The whole-book tests need every chapter's claims record, written when nbval ran it. In
+    the per-chapter loop (one chapter's nbval, then the build) the others' are absent: skip,
+    except under CI, where the test command runs every chapter first."""
+    missing = [
+        page.stem
+        for page in chapter_pages(built_book)
+        if not (built_book.parent / "records" / f"{page.stem}.json").exists()
+    ]
+    if missing:
+        message = f"no claims record for {', '.join(missing)}: run nbval on every chapter first"
+        if os.environ.get("CI"):
+            pytest.fail(message)
+        pytest.skip(message)
+
+
+@pytest.mark.usefixtures("every_record")
 def test_each_executed_chapter_records_its_claims_and_run_time(built_book):
     for page in chapter_pages(built_book):
         record = json.loads((built_book.parent / "records" / f"{page.stem}.json").read_text())
@@ -113,6 +132,7 @@ def test_every_internal_link_and_anchor_resolves(built_book):
     assert not broken, "\n".join(broken[:40])
 
 
+@pytest.mark.usefixtures("every_record")
 def test_the_scoreboard_is_built_from_this_builds_records(built_book):
     text = (built_book / "scoreboard.html").read_text()
     pages = chapter_pages(built_book)
@@ -121,6 +141,6 @@ def test_the_scoreboard_is_built_from_this_builds_records(built_book):
         record = json.loads((built_book.parent / "records" / f"{page.stem}.json").read_text())
         claims += len(record["claims"])
         assert f'href="chapters/{page.stem}.html"' in text
-    assert f"{len(pages)} of 14 papers covered" in text
-    assert f"{claims} claims checked" in text
+    assert f"{len(pages)} of {len(pages)} chapters checked." in text
+    assert f"{claims} claims: " in text
     assert text.count("<tr") == claims + len(pages)  # a header row and a row per claim

@@ -62,3 +62,16 @@ def test_the_machine_names_torchs_kernels(monkeypatch):
     assert "(DEFAULT)" in kernels.machine()
     monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "AVX512")
     assert "(AVX512)" in kernels.machine()
+
+
+def test_a_chapter_failure_crosses_processes_intact():
+    import pickle
+
+    failure = kernels.ChapterFailed("demo", 3, "ClaimsFailed", "1 claim(s) do not hold")
+    copy = pickle.loads(pickle.dumps(failure))
+    assert (copy.chapter, copy.cell, copy.ename, str(copy)) == (
+        "demo",
+        3,
+        "ClaimsFailed",
+        str(failure),
+    )

@@ -39,7 +39,8 @@ def test_the_summary_counts_every_status_and_each_chapter_gets_a_table(tmp_path)
     }}}))  # fmt: skip
     page = scoreboard.markdown(tmp_path / "records", results)
     total = 3 + len(others)
-    assert page.startswith(f"**{len(CHAPTERS)} of 14 papers covered.** {total} claims checked: ")
+    checked = 1 + len(others)
+    assert page.startswith(f"**{checked} of {len(CHAPTERS)} chapters checked.** {total} claims: ")
     assert f"{1 + len(others)} reproduced, 1 reproduced as a scaled-down analog" in page
     assert "1 not reproduced." in page and "FAILS" not in page
     for path in CHAPTERS:

@@ -7,8 +7,8 @@ Chapters run one after another, never side by side (two at once would share two 
 a process of its own that starts the kernel, executes every cell and shuts the kernel down; the
 kernel is that process's only child, so its maximum resident set is the process's
 RUSAGE_CHILDREN figure. Prints a table, writes _build/benchmark.json and the committed table
-BENCHMARK.md (timing some chapters updates their rows and keeps the rest). Budgets (BOOK.md):
-45 s per chapter at most, 30 s aimed for; under 10 minutes for the whole book. Timings are
+BENCHMARK.md (timing some chapters updates their rows and keeps the rest). Budgets
+(CONTRIBUTING.md): 45 s per chapter at most, 30 s aimed for. Timings are
 measured here, never asserted in tests.
 """
 
@@ -63,7 +63,7 @@ def write_table(report: dict) -> None:
         "# Benchmark\n\n"
         "Each chapter executed cold (a fresh kernel: start, imports, every cell), one after\n"
         "another on an otherwise idle machine, by `make bench` (tools/benchmark.py). Peak memory\n"
-        "is the kernel's maximum resident set. Budgets (../shared/BOOK.md): 45 s a chapter,\n"
+        "is the kernel's maximum resident set. Budgets (CONTRIBUTING.md): 45 s a chapter,\n"
         f"30 s aimed for; the book under {BOOK_BUDGET_S // 60} minutes.\n\n"
         f"Measured {report['when']} on {report['machine']['cpus']} CPUs, "
         f"Python {report['machine']['python']}.\n\n"

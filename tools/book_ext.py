@@ -59,6 +59,12 @@ def read_the_scoreboard_last(app, env, docnames):
         docnames.append(SCOREBOARD)
 
 
+def the_scoreboard_is_always_outdated(app, env, added, changed, removed):
+    # Its source rarely changes, the records it summarises do (an incremental build re-reads a
+    # chapter whose outputs tools/execute.py renewed; the scoreboard must follow).
+    return [SCOREBOARD] if SCOREBOARD in env.found_docs else []
+
+
 def append_the_scoreboard(app, docname, source):
     if docname == SCOREBOARD:
         import scoreboard
@@ -71,6 +77,7 @@ def setup(app):
     os.environ.setdefault("PAPERNOTES_RECORD_DIR", str(Path(app.srcdir) / "_build" / "records"))
     app.connect("config-inited", execution_mode_from_environment)
     app.connect("env-before-read-docs", read_the_scoreboard_last)
+    app.connect("env-get-outdated", the_scoreboard_is_always_outdated)
     app.connect("source-read", append_the_scoreboard)
     app.connect("html-page-context", drop_repeated_scripts)
     return {"parallel_read_safe": True, "parallel_write_safe": True}

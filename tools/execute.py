@@ -1,58 +1,121 @@
-"""Execute every chapter, two at a time, into the cache that the book build then reads.
+"""Execute the chapters that changed, two at a time, into the cache that the book build reads.
 
     .venv/bin/python tools/execute.py      # run by `make book` before `jupyter-book build`
 
-jupyter-book executes a book's notebooks one after another. On a 2-core machine this script
-runs them in parallel instead, one single-threaded kernel per core, with jupyter-cache's
-parallel executor, into a fresh _build/.jupyter_cache; the build that follows runs with
-execute_notebooks "cache" (set by PAPERNOTES_EXECUTE, read by tools/book_ext.py) and takes every
-chapter's outputs from there. The cache is cleared first: it keys on a notebook's code cells
-only, so it would not notice a change in the papernotes package.
+jupyter-book executes a book's notebooks one after another, and its cache keys on a notebook's
+code cells only, so it would not notice a change in the papernotes package. This script decides
+instead: a chapter is executed again when its code cells, the code of a module it imports
+(directly or through others), or its mutants changed (tools/behaviour.py), or when the cache has
+no execution of it; otherwise its cached execution stands. A prose edit therefore re-executes
+nothing, and an edit of `papernotes/batch_norm.py` re-executes the two chapters that import it.
+The chapters to run go two at a time (one single-threaded kernel per core, tools/kernels.py),
+with a line of progress for each; the build that follows runs with execute_notebooks "cache"
+(set by PAPERNOTES_EXECUTE, read by tools/book_ext.py) and takes every chapter's outputs from
+_build/.jupyter_cache.
 
-Each kernel writes its chapter's claims record into _build/records (for the scoreboard).
-Exits non-zero, naming the chapter, when a chapter fails.
+Each execution writes its chapter's claims record into _build/records (for the scoreboard); a
+copy is kept beside the cache, so a chapter that is not re-executed still has its record.
+`make clean` removes the cache, and the next `make book` executes everything.
+
+Exits non-zero, naming the chapter and the cell, when a chapter fails.
 """
 
 from __future__ import annotations
 
-import logging
+import json
 import os
 import shutil
 import sys
+import tempfile
 import time
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
+import nbformat
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import behaviour
 import book
+import kernels
 
 CACHE = book.ROOT / "_build" / ".jupyter_cache"
+KEYS = CACHE / "papernotes-behaviour.json"
+KEPT_RECORDS = CACHE / "papernotes-records"
+RECORDS = book.ROOT / "_build" / "records"
 TIMEOUT_S = 600
+WORKERS = 2
+
+
+def run(path: Path) -> tuple[str, str | None, float]:
+    """Execute one chapter; returns its executed notebook as text, its record and seconds."""
+    nb = nbformat.read(path, as_version=4)
+    with tempfile.TemporaryDirectory() as records:
+        seconds = kernels.execute(nb, path, record_dir=records, timeout=TIMEOUT_S)
+        record = Path(records) / f"{path.stem}.json"
+        return nbformat.writes(nb), record.read_text() if record.exists() else None, seconds
+
+
+def stale_chapters(cache, chapters: list[Path], keys: dict) -> list[Path]:
+    stale = []
+    for path in chapters:
+        try:
+            cache.match_cache_notebook(nbformat.read(path, as_version=4))
+            cached = True
+        except KeyError:
+            cached = False
+        if not cached or keys.get(path.stem) != behaviour.behaviour_hash(path):
+            stale.append(path)
+    return stale
+
+
+def store(cache, path: Path, text: str, record: str | None, keys: dict) -> None:
+    from jupyter_cache.base import CacheBundleIn
+
+    cache.cache_notebook_bundle(
+        CacheBundleIn(nbformat.reads(text, as_version=4), str(path)), overwrite=True
+    )
+    keys[path.stem] = behaviour.behaviour_hash(path)
+    KEYS.write_text(json.dumps(keys, indent=1, sort_keys=True) + "\n")
+    if record is not None:
+        KEPT_RECORDS.mkdir(parents=True, exist_ok=True)
+        (KEPT_RECORDS / f"{path.stem}.json").write_text(record)
+    # The page's source did not change, only its outputs: tell Sphinx to read it again.
+    os.utime(path)
+
+
+def restore_records(chapters: list[Path]) -> None:
+    RECORDS.mkdir(parents=True, exist_ok=True)
+    for path in chapters:
+        kept = KEPT_RECORDS / f"{path.stem}.json"
+        if kept.exists():
+            shutil.copy(kept, RECORDS / kept.name)
 
 
 def main() -> int:
     from jupyter_cache import get_cache
-    from jupyter_cache.executors import load_executor
 
-    os.environ["PAPERNOTES_QUIET"] = "1"  # the kernels inherit both
-    os.environ.setdefault("PAPERNOTES_RECORD_DIR", str(book.ROOT / "_build" / "records"))
-    shutil.rmtree(CACHE, ignore_errors=True)
-    cache = get_cache(CACHE)
     chapters = book.toc_chapters()
-    for path in chapters:
-        cache.add_nb_to_project(str(path))
-    logger = logging.getLogger("papernotes.execute")
-    logger.addHandler(logging.StreamHandler())
-    logger.setLevel(logging.WARNING)
-    start = time.perf_counter()
-    result = load_executor("local-parallel", cache=cache, logger=logger).run_and_cache(
-        timeout=TIMEOUT_S, allow_errors=False
-    )
-    seconds = time.perf_counter() - start
-    failed = [Path(uri).name for uri in result.excepted + result.errored]
-    for record in cache.list_project_records():
-        if record.traceback:
-            print(f"{Path(record.uri).name} failed:\n{record.traceback[-3000:]}", file=sys.stderr)
-    print(f"executed {len(chapters) - len(failed)} of {len(chapters)} chapters in {seconds:.0f} s")
+    cache = get_cache(CACHE)
+    keys = json.loads(KEYS.read_text()) if KEYS.exists() else {}
+    stale = stale_chapters(cache, chapters, keys)
+    print(f"{len(chapters) - len(stale)} of {len(chapters)} chapters unchanged since they ran; "
+          f"executing {len(stale)}", file=sys.stderr)  # fmt: skip
+    start, failed = time.perf_counter(), []
+    with ProcessPoolExecutor(max_workers=WORKERS) as pool:
+        futures = {pool.submit(run, path): path for path in stale}
+        for done, future in enumerate(as_completed(futures), start=1):
+            path = futures[future]
+            try:
+                text, record, seconds = future.result()
+            except kernels.ChapterFailed as failure:
+                failed.append(path.stem)
+                kernels.progress(done, len(stale), start, f"FAILED {failure}")
+                continue
+            store(cache, path, text, record, keys)
+            kernels.progress(done, len(stale), start, f"{path.stem} ({seconds:.0f} s)")
+    restore_records(chapters)
+    if failed:
+        print(f"chapters that failed: {', '.join(failed)}", file=sys.stderr)
     return 1 if failed else 0
 
 

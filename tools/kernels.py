@@ -126,6 +126,11 @@ class ChapterFailed(RuntimeError):
         super().__init__(f"{chapter}: {where} failed: {ename}: {evalue}")
         self.chapter, self.cell, self.ename, self.evalue = chapter, cell, ename, evalue
 
+    def __reduce__(self):
+        # Raised in a worker process, it must unpickle in the parent (the default would call
+        # __init__ with the message alone and break the process pool).
+        return (type(self), (self.chapter, self.cell, self.ename, self.evalue))
+
 
 def execute(
     nb,
@@ -135,13 +140,15 @@ def execute(
     record_dir: Path | str | None = None,
     timeout: int = CELL_TIMEOUT_S,
     environment: dict[str, str] | None = None,
+    allow_errors: bool = False,
 ) -> float:
     """Execute the notebook `nb` (read from `path`) top to bottom in a fresh kernel, in the
     chapter's folder; its outputs are written into `nb`. Returns the seconds it took.
 
     Raises ChapterFailed naming the chapter and the code cell when a cell raises, a cell runs
     over `timeout` seconds, or the kernel does not start within STARTUP_TIMEOUT_S. `environment`
-    adds variables to the kernel's environment.
+    adds variables to the kernel's environment. With `allow_errors`, a cell that raises is
+    recorded in its outputs and the chapter goes on (a timeout still raises).
     """
     from nbclient import NotebookClient
     from nbclient.exceptions import CellExecutionError, CellTimeoutError, DeadKernelError
@@ -152,6 +159,7 @@ def execute(
         startup_timeout=STARTUP_TIMEOUT_S,
         kernel_name="python3",
         kernel_manager_class=AsyncIpcKernelManager,
+        allow_errors=allow_errors,
         resources={"metadata": {"path": str(path.parent)}},
     )
     start = time.perf_counter()

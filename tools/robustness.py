@@ -16,15 +16,15 @@ Every mutant must be caught.
 
 Both execute a chapter only up to its claim check (the knob panels after it are not needed), two
 kernels at a time (one per core, each single-threaded). The results of each chapter are stored
-with a hash of the chapter's code cells and its module, so tests/test_robustness.py can tell a
-stale result from a current one.
+with a hash of what they depend on (tools/behaviour.py: the chapter's code cells, the code of
+every module it imports, its mutants), so tests/test_robustness.py can tell a stale result from
+a current one.
 """
 
 from __future__ import annotations
 
 import argparse
 import fcntl
-import hashlib
 import importlib.util
 import json
 import sys
@@ -36,6 +36,7 @@ from pathlib import Path
 import nbformat
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import behaviour
 import book
 import kernels
 
@@ -48,16 +49,9 @@ WORKERS = 2
 
 
 def content_hash(path: Path) -> str:
-    """A hash of the chapter's code cells and of its module: what its results depend on."""
-    nb = nbformat.read(path, as_version=4)
-    digest = hashlib.sha256()
-    for cell in nb.cells:
-        if cell.cell_type == "code":
-            digest.update(cell.source.encode())
-    module = book.ROOT / "papernotes" / f"{path.stem}.py"
-    if module.exists():
-        digest.update(module.read_bytes())
-    return digest.hexdigest()[:16]
+    """What the chapter's results depend on: its code cells, the code of every papernotes module
+    it imports (docstrings and comments aside) and its mutants (tools/behaviour.py)."""
+    return behaviour.behaviour_hash(path)
 
 
 def mutants_of(slug: str) -> list[tuple[str, str]]:
