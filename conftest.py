@@ -49,9 +49,27 @@ def pytest_configure(config):
 
 
 def pytest_report_header(config):
-    if getattr(config.option, "nbval", False):
-        return [f"papernotes: this machine is {this_machine()}"]
-    return []
+    if not getattr(config.option, "nbval", False):
+        return []
+    lines = [f"papernotes: this machine is {this_machine()}"]
+    lax = _chapters_from_elsewhere()
+    if lax:
+        lines.append(
+            f"papernotes: {len(lax)} chapters' outputs were computed on another machine; nbval "
+            f"compares only their cells tagged {CHECK_TAG} (every cell runs, every claim is "
+            f"checked): {', '.join(lax)}"
+        )
+    return lines
+
+
+def _chapters_from_elsewhere() -> list[str]:
+    import nbformat
+
+    return [
+        path.stem
+        for path in sorted((ROOT / "chapters").glob("*.ipynb"))
+        if kernels.outputs_machine(nbformat.read(path, as_version=4)) != this_machine()
+    ]
 
 
 def pytest_collection_modifyitems(config, items):
@@ -72,25 +90,3 @@ def pytest_collection_modifyitems(config, items):
                 notebook.sanitize_patterns.update(lax_patterns)
         if foreign[notebook] and CHECK_TAG not in item.cell.metadata.get("tags", []):
             item.options["check"] = False
-
-
-def pytest_terminal_summary(terminalreporter, exitstatus, config):
-    try:
-        from nbval.plugin import IPyNbFile
-    except ImportError:
-        return
-    session = terminalreporter._session
-    if session is None:
-        return
-    notebooks = {item.parent for item in session.items if isinstance(item.parent, IPyNbFile)}
-    lax = sorted(
-        Path(str(nb.fspath)).stem
-        for nb in notebooks
-        if kernels.outputs_machine(nb.nb) != this_machine()
-    )
-    if lax:
-        terminalreporter.write_line(
-            f"nbval: {len(lax)} of {len(notebooks)} chapters were refreshed on another machine; "
-            f"compared only their cells tagged {CHECK_TAG} (every cell ran, every claim was "
-            f"checked): {', '.join(lax)}"
-        )
