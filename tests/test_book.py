@@ -247,3 +247,22 @@ def test_a_scaffolded_chapter_is_listed_and_caught_until_written(tmp_path):
     nb = nbformat.read(tmp_path / "chapters" / "layer_norm.ipynb", as_version=4)
     first_code = next(c for c in nb.cells if c.cell_type == "code")
     assert first_code.source == book.setup_cell_source(tmp_path)
+
+
+# -- the prose cites only what the reader can see ------------------------------------------------
+
+HIDDEN_SOURCES = re.compile(
+    r"papers\.md|BOOK\.md|design note|\bpilot|trial runs?\b|\bissues?\b|issue's|\bour notes\b"
+    r"|book's notes|shared/|\bthe brief\b",
+    re.IGNORECASE,
+)
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=chapter_id)
+def test_the_prose_cites_nothing_the_reader_cannot_see(path):
+    """No issue, design note, pilot or trial run whose numbers the chapter does not print: a
+    threshold comes from the paper, a derivation in the chapter or a bound the notebook computes,
+    and a pilot that shaped the design is re-run in a cell or not mentioned."""
+    prose = "\n".join(c.source for c in load(path).cells if c.cell_type == "markdown")
+    found = sorted({m.group(0).lower() for m in HIDDEN_SOURCES.finditer(prose)})
+    assert not found, f"{path.stem}'s prose cites what the reader cannot see: {found}"

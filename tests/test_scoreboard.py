@@ -34,7 +34,8 @@ def test_the_summary_counts_every_status_and_each_chapter_gets_a_table(tmp_path)
         "seeds": {"hash": current, "claims": [{"held": 5, "of": 5}, {"held": 4, "of": 5},
                                               {"held": 0, "of": 5}]},
         "mutants": {"hash": "old", "results": [
-            {"name": "m1", "breaks": "stats never updated", "outcome": "caught"},
+            {"name": "m1", "breaks": "stats never updated", "outcome": "caught",
+             "failed_claims": ["b"]},
             {"name": "m2", "breaks": "", "outcome": "survived"}]},
     }}}))  # fmt: skip
     page = scoreboard.markdown(tmp_path / "records", results)
@@ -47,7 +48,14 @@ def test_the_summary_counts_every_status_and_each_chapter_gets_a_table(tmp_path)
         assert f"## {scoreboard.chapter_title(path)}\n" in page
         assert f"{{doc}}`Read the chapter <chapters/{path.stem}>`" in page
     assert "| a | reproduced | p \\| q | o | +50% | holds on 5 of 5 |" in page
-    assert "| b | analog | p \\| q | o | +5% (thin) | holds on 4 of 5 |" in page
+    assert "| b | analog | p \\| q | o | +5% (thin) | holds on 4 of 5 | m1 |" in page
+    assert "| a | reproduced | p \\| q | o | +50% | holds on 5 of 5 | — |" in page
+    # the headline (first row) fails for no mutant: the page says so, under the chapter and on top
+    assert "**The headline (the first row) catches none of the broken mechanisms**" in page
+    assert (
+        f"Headlines that catch no broken mechanism: 1 of {len(CHAPTERS)} chapters ({first})."
+        in page
+    )
     assert "| c | not reproduced | p \\| q | o | -30% | holds on 0 of 5 |" in page
     assert "caught 1 of 2 (stale: the chapter changed since)." in page
     assert "- stats never updated (caught)\n- m2 (survived)" in page

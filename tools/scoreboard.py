@@ -40,6 +40,11 @@ def markdown(records_dir: Path, results_path: Path = robustness.RESULTS) -> str:
     claims = [c for r in records.values() for c in r["claims"]]
     count = {s: sum(c["status"] == s for c in claims) for s in STATUSES}
     failing = sum(c["status"] != NOT_REPRODUCED and not c["holds"] for c in claims)
+    weak_headlines = [
+        p.stem
+        for p in chapters
+        if headline_catches_none(records.get(p.stem), results.get(p.stem, {}).get("mutants"))
+    ]
     lines = [
         # The book's chapters are the ones _toc.yml lists: nothing here counts them by hand.
         f"**{len(records)} of {len(chapters)} chapters checked.** {len(claims)} claims: "
@@ -48,6 +53,12 @@ def markdown(records_dir: Path, results_path: Path = robustness.RESULTS) -> str:
         + (f"; **{failing} failing**." if failing else "."),
         "",
     ]
+    if weak_headlines:
+        lines += [
+            f"Headlines that catch no broken mechanism: {len(weak_headlines)} of "
+            f"{len(records)} chapters ({', '.join(weak_headlines)}).",
+            "",
+        ]
     for path in chapters:
         lines += chapter_section(path, records.get(path.stem), results.get(path.stem, {}))
     return "\n".join(lines) + "\n"
@@ -68,8 +79,9 @@ def chapter_section(path: Path, record: dict | None, result: dict) -> list[str]:
         "",
         *_mutants_lines(mutants, current),
         "",
-        "| claim | status | paper | ours | margin | seeds |",
-        "|---|---|---|---|---|---|",
+        *_headline_lines(record, mutants),
+        "| claim | status | paper | ours | margin | seeds | catches |",
+        "|---|---|---|---|---|---|---|",
     ]
     for i, claim in enumerate(record["claims"]):
         seeds_cell = "not run"
@@ -82,9 +94,35 @@ def chapter_section(path: Path, record: dict | None, result: dict) -> list[str]:
         status = claim["status"]
         if not claim["holds"] and status != NOT_REPRODUCED:
             status = f"**{status}, FAILS**"
+        catches = ", ".join(catching(claim["statement"], mutants)) or "—"
         cells = [claim["statement"], status, claim["paper"], claim["ours"], margin, seeds_cell]
+        cells.append(catches)
         lines.append("| " + " | ".join(_cell(c) for c in cells) + " |")
     return [*lines, ""]
+
+
+def catching(statement: str, mutants: dict | None) -> list[str]:
+    """The broken mechanisms that made this claim fail (tests/mutants/<slug>.py, make mutants)."""
+    results = (mutants or {}).get("results", [])
+    return [r["name"] for r in results if statement in r.get("failed_claims", [])]
+
+
+def headline_catches_none(record: dict | None, mutants: dict | None) -> bool:
+    """The chapter's first row, the paper's headline, fails for none of its broken mechanisms:
+    only a sanity row stands between a wrong mechanism and a green chapter."""
+    if not record or not record["claims"] or not mutants:
+        return False
+    return not catching(record["claims"][0]["statement"], mutants)
+
+
+def _headline_lines(record: dict, mutants: dict | None) -> list[str]:
+    if not headline_catches_none(record, mutants):
+        return []
+    return [
+        "**The headline (the first row) catches none of the broken mechanisms**: only other "
+        "rows fail for them.",
+        "",
+    ]
 
 
 def chapter_title(path: Path) -> str:
