@@ -54,14 +54,23 @@ def failed_cells(path, **environment) -> set[int]:
     return {int(n) for n in re.findall(r"FAILED \S+::Cell (\d+)", output)}
 
 
+def tagged(cell) -> bool:
+    return CHECK_TAG in cell.metadata.get("tags", [])
+
+
 def edit_a_checked_text_a_verdict_and_a_trained_number(nb, code):
+    """Edit (1) the text of a tagged cell (the mechanism's source shown as markdown), (2) a
+    verdict in the claims cell's text view, (3) a trained number printed by an untagged cell."""
     checked = next(
         i for i, c in enumerate(code)
-        if CHECK_TAG in c.metadata.get("tags", []) and stream_text(c).strip()
-        and "claims.check()" not in c.source
+        if tagged(c) and "claims.check()" not in c.source
+        and any("text/markdown" in o.get("data", {}) for o in c.outputs)
     )  # fmt: skip
-    stream = next(o for o in code[checked].outputs if o.output_type == "stream")
-    stream.text = stream.text.replace(stream.text.strip()[:12], "an edited line", 1)
+    for output in code[checked].outputs:
+        if "text/markdown" in output.get("data", {}):
+            shown = "".join(output.data["text/markdown"])
+            output.data["text/markdown"] = "an edited line\n" + shown
+            break
     claims = next(i for i, c in enumerate(code) if "claims.check()" in c.source)
     for output in code[claims].outputs:
         plain = output.get("data", {}).get("text/plain")
@@ -69,9 +78,8 @@ def edit_a_checked_text_a_verdict_and_a_trained_number(nb, code):
             text = "".join(plain)
             output.data["text/plain"] = text.replace("- holds (", "- does not hold (", 1)
     trained = next(
-        i for i, c in enumerate(code)
-        if CHECK_TAG not in c.metadata.get("tags", []) and re.search(r"\d\.\d", stream_text(c))
-    )  # fmt: skip
+        i for i, c in enumerate(code) if not tagged(c) and re.search(r"\d\.\d", stream_text(c))
+    )
     stream = next(o for o in code[trained].outputs if o.output_type == "stream")
     stream.text = re.sub(r"(\d\.)(\d)", lambda m: m[1] + str((int(m[2]) + 1) % 10), stream.text)
     return checked, claims, trained
