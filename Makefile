@@ -89,7 +89,7 @@ refresh: $(STAMP)
 portable: $(STAMP)
 	$(BIN)/python tools/portable.py $(CHAPTERS)
 
-## seeds: execute chapters under seeds 0-4; record per claim how many seeds it holds on
+## seeds: execute chapters under the held-out seeds 1000-1004; record per claim how many it holds on
 seeds: $(STAMP)
 	$(BIN)/python tools/robustness.py seeds $(CHAPTERS)
 

@@ -34,7 +34,7 @@ Conventions, for every module:
 """
 
 from papernotes.chapter import elapsed, quiet, seed, seed_everything, setup, show_source
-from papernotes.claims import ANALOG, NOT_REPRODUCED, REPRODUCED, Claims
+from papernotes.claims import ANALOG, CHECK, NOT_REPRODUCED, NOT_RUN, PAPER, REPRODUCED, Claims
 from papernotes.data import Digits, binarize, load_digits_split, minibatches
 from papernotes.knobs import Knob, KnobPanel, Sweep, knob_panel, precompute
 from papernotes.plotting import PALETTE, apply_style
@@ -51,7 +51,10 @@ from papernotes.training import (
 
 __all__ = [
     "ANALOG",
+    "CHECK",
     "NOT_REPRODUCED",
+    "NOT_RUN",
+    "PAPER",
     "PALETTE",
     "REPRODUCED",
     "Claims",

@@ -5,17 +5,28 @@ A chapter collects its claims as it goes and checks them at the end:
     claims = pn.Claims("concrete")
     claims.add(
         "Relaxed gradients have lower variance than REINFORCE",
-        paper="orders of magnitude lower",
+        kind=pn.PAPER,
+        paper="orders of magnitude lower (Figure 3)",
         ours=f"{gs_variance:.3g} against REINFORCE's {reinforce_variance:.3g}",
         measured=gs_variance, op="<=", bound=0.2 * reinforce_variance,
     )
     claims.check()
 
-Every claim has a **status**:
+Every row has a **kind**:
 
-- `REPRODUCED`: the paper's claim, checked here as the paper states it;
-- `ANALOG`: a scaled-down analog of it (smaller data, network or budget; `ours` says how);
-- `NOT_REPRODUCED`: we ran it and it did not hold at our scale; `ours` says what we measured.
+- `PAPER`: a claim of the paper. Its `paper` column gives the paper's number or statement and
+  where it stands (a table, a figure, a section);
+- `CHECK`: the book's own check (a control, an identity, a sanity bound), which says so. A row
+  that holds by construction is neither: it is a unit test.
+
+A paper claim has a **status**, each meaning one thing:
+
+- `REPRODUCED`: the paper's statement at the paper's own setting;
+- `ANALOG`: the same statement at a scaled or changed setting (the chapter says how);
+- `NOT_REPRODUCED`: we ran it and it did not hold; `ours` says what we measured;
+- `NOT_RUN`: a result of the paper that the book does not attempt; `ours` gives the reason.
+
+A check has no status: it must hold.
 
 A comparative claim is a **condition** `measured op bound`, where `bound` comes from a baseline or
 ablation run in the same notebook (`bound=0.95 * baseline`, and `baseline=` records that value) or
@@ -26,8 +37,9 @@ yes or no (`holds=...`) has no margin.
 
 `check()` shows the table, records the claims, the seed and the chapter's run time in
 `_build/records/<chapter>.json` (read by the scoreboard and by `make seeds`), and raises
-`ClaimsFailed` (an AssertionError) naming every reproduced or analog claim that does not hold,
-so a failed claim fails the notebook, nbval and CI. A not-reproduced row never fails.
+`ClaimsFailed` (an AssertionError) naming every reproduced or analog claim, and every check, that
+does not hold, so a failed claim fails the notebook, nbval and CI. A not-reproduced or not-run
+row never fails.
 """
 
 from __future__ import annotations
@@ -47,10 +59,15 @@ from papernotes import chapter, checks
 from papernotes.tables import Table
 
 RECORD_DIR_VARIABLE = "PAPERNOTES_RECORD_DIR"
+PAPER = "paper"
+CHECK = "check"
+KINDS = (PAPER, CHECK)
 REPRODUCED = "reproduced"
 ANALOG = "analog"
 NOT_REPRODUCED = "not reproduced"
-STATUSES = (REPRODUCED, ANALOG, NOT_REPRODUCED)
+NOT_RUN = "not run"
+STATUSES = (REPRODUCED, ANALOG, NOT_REPRODUCED, NOT_RUN)
+NEVER_FAIL = (NOT_REPRODUCED, NOT_RUN)
 THIN_MARGIN = 0.10
 _OPERATORS = {">=": operator.ge, ">": operator.gt, "<=": operator.le, "<": operator.lt}
 _SYMBOLS = {">=": "≥", ">": ">", "<=": "≤", "<": "<"}
@@ -63,10 +80,11 @@ class ClaimsFailed(AssertionError):
 @dataclass(frozen=True)
 class Claim:
     statement: str
-    status: str
+    kind: str
+    status: str  # CHECK for a check
     paper: str
     ours: str
-    holds: bool
+    holds: bool | None  # None: not run
     measured: float | None = None
     op: str | None = None
     bound: float | None = None
@@ -79,18 +97,22 @@ class Claim:
 
     @property
     def must_hold(self) -> bool:
-        return self.status != NOT_REPRODUCED
+        return self.status not in NEVER_FAIL
 
     @property
     def failed(self) -> bool:
         return self.must_hold and not self.holds
 
     def condition(self) -> str:
+        if self.status == NOT_RUN:
+            return "—"
         if self.op is None:
             return "yes or no"
         return f"{self.measured:.4g} {_SYMBOLS[self.op]} {self.bound:.4g}"
 
     def verdict_word(self) -> str:
+        if self.status == NOT_RUN:
+            return "not run"
         if self.status == NOT_REPRODUCED:
             return "does not hold" if not self.holds else "holds here"
         return "holds" if self.holds else "FAILS"
@@ -120,19 +142,35 @@ class Claims:
         self,
         statement: str,
         *,
+        kind: str,
         paper: str,
         ours: str,
-        status: str = REPRODUCED,
+        status: str | None = None,
         measured: float | None = None,
         op: str | None = None,
         bound: float | None = None,
         baseline: float | None = None,
         holds=None,
     ) -> Claim:
-        """Record one claim: either the condition `measured op bound` (numbers; `op` one of
-        >=, >, <=, <) or, for a plain yes or no, `holds` (a bool). Returns the claim."""
-        checks.one_of("status", status, STATUSES)
+        """Record one row: either the condition `measured op bound` (numbers; `op` one of
+        >=, >, <=, <) or, for a plain yes or no, `holds` (a bool); a NOT_RUN row gives
+        neither. `kind` is PAPER (then `status` is required) or CHECK (no status). Returns it."""
+        checks.one_of("kind", kind, KINDS)
+        if kind == CHECK:
+            if status is not None:
+                raise ValueError(f"claim {statement!r}: a check has no status; got {status!r}")
+            status = CHECK
+        elif status is None:
+            raise ValueError(f"claim {statement!r}: a paper claim needs a status ({STATUSES})")
+        else:
+            checks.one_of("status", status, STATUSES)
         comparative = (measured, op, bound) != (None, None, None)
+        if status == NOT_RUN:
+            if comparative or holds is not None:
+                raise ValueError(f"claim {statement!r}: a row not run has no measurement")
+            claim = Claim(statement, kind, status, paper, ours, None)
+            self.items.append(claim)
+            return claim
         if comparative == (holds is not None):
             raise ValueError(
                 f"claim {statement!r}: give either measured, op and bound, or holds; not both"
@@ -145,12 +183,12 @@ class Claims:
             )
             holds = bool(_OPERATORS[op](measured, bound))
             claim = Claim(
-                statement, status, paper, ours, holds, measured, op, bound,
+                statement, kind, status, paper, ours, holds, measured, op, bound,
                 None if baseline is None else _number(statement, "baseline", baseline),
                 margin(measured, op, bound),
             )  # fmt: skip
         else:
-            claim = Claim(statement, status, paper, ours, _as_bool(holds, statement))
+            claim = Claim(statement, kind, status, paper, ours, _as_bool(holds, statement))
         self.items.append(claim)
         return claim
 
@@ -190,7 +228,10 @@ class Claims:
             "chapter": self.chapter,
             "seed": chapter.seed(),
             "all_hold": not self.failed,
-            "claims": [{**asdict(claim), "thin": claim.thin} for claim in self.items],
+            "claims": [
+                {**asdict(claim), "thin": claim.thin, "must_hold": claim.must_hold}
+                for claim in self.items
+            ],
             "seconds": round(chapter.elapsed(), 2),
             "python": platform.python_version(),
         }
@@ -201,7 +242,15 @@ class Claims:
 
     def table(self) -> Table:
         rows = [
-            [c.statement, c.status, c.paper, c.ours, c.condition(), _percent(c.margin), c.verdict()]
+            [
+                c.statement,
+                c.status,
+                c.paper or "the book's own check",
+                c.ours,
+                c.condition(),
+                _percent(c.margin),
+                c.verdict(),
+            ]
             for c in self.items
         ]
         columns = ["claim", "status", "paper", "ours", "condition", "margin", "verdict"]

@@ -266,3 +266,28 @@ def test_the_prose_cites_nothing_the_reader_cannot_see(path):
     prose = "\n".join(c.source for c in load(path).cells if c.cell_type == "markdown")
     found = sorted({m.group(0).lower() for m in HIDDEN_SOURCES.finditer(prose)})
     assert not found, f"{path.stem}'s prose cites what the reader cannot see: {found}"
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=chapter_id)
+def test_every_row_of_the_claims_says_its_kind(path):
+    """Each `claims.add(...)` names its kind: a claim of the paper (with a status) or the book's
+    own check (without one)."""
+    import ast
+
+    source = "\n".join(c.source for c in load(path).cells if c.cell_type == "code")
+    calls = [
+        node
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr == "add"
+        and isinstance(node.func.value, ast.Name)
+        and node.func.value.id == "claims"
+    ]
+    assert calls, "no claims.add(...)"
+    unnamed = [
+        ast.get_source_segment(source, c)[:60]
+        for c in calls
+        if "kind" not in {k.arg for k in c.keywords}
+    ]
+    assert not unnamed, f"rows without kind=: {unnamed}"

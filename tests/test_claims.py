@@ -26,10 +26,28 @@ def records(tmp_path, monkeypatch):
 
 def test_a_condition_decides_whether_a_claim_holds_and_gives_its_margin():
     claims = Claims("demo")
-    a = claims.add("A beats B", paper="p", ours="o", measured=0.8, op=">=", bound=0.7)
-    b = claims.add("close", paper="p", ours="o", measured=0.72, op=">=", bound=0.7)
-    c = claims.add("lower is better", paper="p", ours="o", measured=np.float64(5.0), op="<",
-                   bound=torch.tensor(4.0))  # fmt: skip
+    a = claims.add(
+        "A beats B",
+        kind=pn.PAPER,
+        status=pn.REPRODUCED,
+        paper="p",
+        ours="o",
+        measured=0.8,
+        op=">=",
+        bound=0.7,
+    )
+    b = claims.add(
+        "close",
+        kind=pn.PAPER,
+        status=pn.REPRODUCED,
+        paper="p",
+        ours="o",
+        measured=0.72,
+        op=">=",
+        bound=0.7,
+    )
+    c = claims.add("lower is better", kind=pn.PAPER, status=pn.REPRODUCED, paper="p", ours="o",
+                   measured=np.float64(5.0), op="<", bound=torch.tensor(4.0))  # fmt: skip
     assert a.holds and a.margin == pytest.approx(0.1 / 0.8) and not a.thin
     assert b.holds and b.thin
     assert not c.holds and c.margin == pytest.approx(-0.2)
@@ -44,10 +62,20 @@ def test_margin_is_the_gap_as_a_fraction_of_the_larger_value():
 
 def test_claims_that_hold_pass_and_are_recorded_with_status_margin_and_seed(records):
     claims = Claims("demo")
-    claims.add("A beats B", paper="p", ours="o", measured=2.0, op=">", bound=1.0, baseline=1.0)
-    claims.add("analog", paper="p", ours="o", status=pn.ANALOG, holds=np.bool_(True))
-    claims.add("not here", paper="p", ours="o", status=pn.NOT_REPRODUCED, measured=1, op=">",
-               bound=2)  # fmt: skip
+    claims.add(
+        "A beats B",
+        kind=pn.PAPER,
+        status=pn.REPRODUCED,
+        paper="p",
+        ours="o",
+        measured=2.0,
+        op=">",
+        bound=1.0,
+        baseline=1.0,
+    )
+    claims.add("analog", kind=pn.PAPER, paper="p", ours="o", status=pn.ANALOG, holds=np.bool_(True))
+    claims.add("not here", kind=pn.PAPER, paper="p", ours="o", status=pn.NOT_REPRODUCED,
+               measured=1, op=">", bound=2)  # fmt: skip
     claims.check()  # the not-reproduced row does not fail the chapter
     record = json.loads((records / "demo.json").read_text())
     assert record["chapter"] == "demo" and record["all_hold"] is True and record["seed"] == 3
@@ -60,9 +88,9 @@ def test_claims_that_hold_pass_and_are_recorded_with_status_margin_and_seed(reco
 
 def test_a_failing_claim_raises_naming_it_and_is_still_recorded(records):
     claims = Claims("demo")
-    claims.add("holds", paper="x", ours="y", holds=True)
-    claims.add("GS beats REINFORCE", paper="101.5 vs 110.6", ours="23 vs 21", measured=23, op="<",
-               bound=21, status=pn.ANALOG)  # fmt: skip
+    claims.add("holds", kind=pn.PAPER, status=pn.REPRODUCED, paper="x", ours="y", holds=True)
+    claims.add("GS beats REINFORCE", kind=pn.PAPER, paper="101.5 vs 110.6", ours="23 vs 21",
+               measured=23, op="<", bound=21, status=pn.ANALOG)  # fmt: skip
     with pytest.raises(ClaimsFailed, match=r"1 claim\(s\) of 'demo' do not hold: 'GS beats"):
         claims.check()
     assert issubclass(ClaimsFailed, AssertionError)
@@ -79,7 +107,9 @@ def test_a_chapter_without_claims_fails(records):
 @pytest.mark.parametrize("holds", [1, "yes", torch.tensor([True, False]), 0.5])
 def test_holds_must_be_a_boolean(holds):
     with pytest.raises(TypeError, match="holds must be a boolean"):
-        Claims("demo").add("x", paper="p", ours="o", holds=holds)
+        Claims("demo").add(
+            "x", kind=pn.PAPER, status=pn.REPRODUCED, paper="p", ours="o", holds=holds
+        )
 
 
 @pytest.mark.parametrize(
@@ -94,14 +124,25 @@ def test_holds_must_be_a_boolean(holds):
 )
 def test_a_claim_is_stated_one_way_and_with_a_known_status(kwargs, error, message):
     with pytest.raises(error, match=message):
-        Claims("demo").add("x", paper="p", ours="o", **kwargs)
+        Claims("demo").add(
+            "x", kind=pn.PAPER, **{"status": pn.REPRODUCED, "paper": "p", "ours": "o", **kwargs}
+        )
 
 
 def test_the_table_shows_status_condition_margin_and_verdict_escaped():
     claims = Claims("demo")
-    claims.add("a <b> claim", paper="p & q", ours="o", measured=0.72, op=">=", bound=0.7)
-    claims.add("second", paper="p", ours="o", holds=False)
-    claims.add("third", paper="p", ours="o", status=pn.NOT_REPRODUCED, holds=False)
+    claims.add(
+        "a <b> claim",
+        kind=pn.PAPER,
+        status=pn.REPRODUCED,
+        paper="p & q",
+        ours="o",
+        measured=0.72,
+        op=">=",
+        bound=0.7,
+    )
+    claims.add("second", kind=pn.PAPER, status=pn.REPRODUCED, paper="p", ours="o", holds=False)
+    claims.add("third", kind=pn.PAPER, paper="p", ours="o", status=pn.NOT_REPRODUCED, holds=False)
     table = claims._repr_mimebundle_()["text/html"]
     assert table.count("<tr>") == 4
     assert "a &lt;b&gt; claim" in table and "p &amp; q" in table
@@ -124,9 +165,11 @@ def test_another_machine_compares_the_verdicts_and_not_the_measurements():
 
     def shown(measured, status=pn.ANALOG, bound=0.7):
         claims = Claims("demo")
-        claims.add("the claim", paper="paper's 0.9", ours=f"{measured:.3f}", status=status,
-                   measured=measured, op=">=", bound=bound)  # fmt: skip
-        claims.add("yes or no", paper="p", ours="o", holds=True)
+        claims.add("the claim", kind=pn.PAPER, paper="paper's 0.9", ours=f"{measured:.3f}",
+                   status=status, measured=measured, op=">=", bound=bound)  # fmt: skip
+        claims.add(
+            "yes or no", kind=pn.PAPER, status=pn.REPRODUCED, paper="p", ours="o", holds=True
+        )
         bundle = claims._repr_mimebundle_()
         return bundle["text/plain"], sanitized(bundle["text/html"], LAX)
 
@@ -151,3 +194,38 @@ def test_records_go_beside_the_book_or_nowhere(tmp_path, monkeypatch):
     assert record_dir() == tmp_path / "book" / "_build" / "records"
     monkeypatch.chdir(tmp_path)
     assert record_dir() is None  # outside the book (Colab, say): no record
+
+
+def test_a_row_has_a_kind_and_a_check_has_no_status(records):
+    claims = Claims("demo")
+    with pytest.raises(ValueError, match="kind"):
+        claims.add("x", kind="claim", paper="p", ours="o", holds=True)
+    with pytest.raises(ValueError, match="needs a status"):
+        claims.add("x", kind=pn.PAPER, paper="p", ours="o", holds=True)
+    with pytest.raises(ValueError, match="a check has no status"):
+        claims.add("x", kind=pn.CHECK, status=pn.ANALOG, paper="", ours="o", holds=True)
+    check = claims.add("control", kind=pn.CHECK, paper="", ours="o", holds=False)
+    assert (check.status, check.must_hold, check.failed) == ("check", True, True)
+    with pytest.raises(ClaimsFailed, match="control"):
+        claims.check()  # a failed check stops the chapter like a failed claim
+    html = claims._repr_mimebundle_()["text/html"]
+    assert "<td>check</td><td>the book&#x27;s own check</td>" in html
+
+
+def test_a_result_not_run_says_why_and_never_fails(records):
+    claims = Claims("demo")
+    with pytest.raises(ValueError, match="not run has no measurement"):
+        claims.add("x", kind=pn.PAPER, status=pn.NOT_RUN, paper="p", ours="o", holds=False)
+    row = claims.add("cart-pole", kind=pn.PAPER, status=pn.NOT_RUN, paper="Table 1",
+                     ours="not run: no policy is trained inside the model here")  # fmt: skip
+    claims.add("a", kind=pn.PAPER, status=pn.ANALOG, paper="p", ours="o", holds=True)
+    assert (row.holds, row.must_hold, row.verdict(), row.condition()) == (
+        None,
+        False,
+        "not run",
+        "—",
+    )
+    claims.check()
+    saved = json.loads((records / "demo.json").read_text())["claims"]
+    assert [(c["kind"], c["status"], c["must_hold"]) for c in saved] == [
+        ("paper", "not run", False), ("paper", "analog", True)]  # fmt: skip

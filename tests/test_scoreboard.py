@@ -9,9 +9,10 @@ import scoreboard
 CHAPTERS = book.toc_chapters()
 
 
-def claim(statement, status="reproduced", holds=True, margin=0.5, thin=False):
-    return {"statement": statement, "status": status, "paper": "p | q", "ours": "o",
-            "holds": holds, "margin": margin, "thin": thin}  # fmt: skip
+def claim(statement, status="reproduced", holds=True, margin=0.5, thin=False, kind="paper"):
+    return {"statement": statement, "kind": kind, "status": status, "paper": "p | q", "ours": "o",
+            "holds": holds, "margin": margin, "thin": thin,
+            "must_hold": status not in ("not reproduced", "not run")}  # fmt: skip
 
 
 def write_records(folder, claims_by_chapter):
@@ -41,17 +42,20 @@ def test_the_summary_counts_every_status_and_each_chapter_gets_a_table(tmp_path)
     page = scoreboard.markdown(tmp_path / "records", results)
     total = 3 + len(others)
     checked = 1 + len(others)
-    assert page.startswith(f"**{checked} of {len(CHAPTERS)} chapters checked.** {total} claims: ")
-    assert f"{1 + len(others)} reproduced, 1 reproduced as a scaled-down analog" in page
-    assert "1 not reproduced." in page and "FAILS" not in page
+    assert page.startswith(
+        f"**{checked} of {len(CHAPTERS)} chapters checked.** {total} claims of the papers: "
+        f"{1 + len(others)} reproduced, 1 reproduced as an analog, 1 not reproduced, 0 not run; "
+        "and 0 checks of the book's own."
+    )
+    assert "FAILS" not in page
     for path in CHAPTERS:
         assert f"## {scoreboard.chapter_title(path)}\n" in page
         assert f"{{doc}}`Read the chapter <chapters/{path.stem}>`" in page
     assert "| a | reproduced | p \\| q | o | +50% | holds on 5 of 5 |" in page
-    assert "| b | analog | p \\| q | o | +5% (thin) | holds on 4 of 5 | m1 |" in page
-    assert "| a | reproduced | p \\| q | o | +50% | holds on 5 of 5 | — |" in page
+    assert "| b | analog | p \\| q | o | +5% (thin) | holds on 4 of 5 | — | m1 |" in page
+    assert "| a | reproduced | p \\| q | o | +50% | holds on 5 of 5 | — | — |" in page
     # the headline (first row) fails for no mutant: the page says so, under the chapter and on top
-    assert "**The headline (the first row) catches none of the broken mechanisms**" in page
+    assert "**The headline (the first claim of the paper) catches none of the broken" in page
     assert (
         f"Headlines that catch no broken mechanism: 1 of {len(CHAPTERS)} chapters ({first})."
         in page
@@ -70,3 +74,29 @@ def test_a_failing_claim_and_a_missing_record_show(tmp_path):
     assert "| not run |" in page
     if len(CHAPTERS) > 1:
         assert "has not been executed in this build" in page
+
+
+def test_kinds_are_counted_apart_and_margins_drawn(tmp_path):
+    first = CHAPTERS[0].stem
+    write_records(tmp_path / "records", {first: [
+        claim("headline"), claim("control", status="check", kind="check", margin=0.2),
+        claim("cart-pole", status="not run", holds=None, margin=None)]})  # fmt: skip
+    results = tmp_path / "robustness.json"
+    seeds = [
+        {"held": 5, "of": 5, "margins": [0.0, 0.05, 0.3, 0.3, 1.5]},
+        {"held": 5, "of": 5, "margins": [0.2] * 5},
+        {"held": 0, "of": 5, "margins": [None] * 5},
+    ]
+    results.write_text(json.dumps({"chapters": {first: {
+        "seeds": {"hash": robustness.content_hash(CHAPTERS[0]), "claims": seeds}}}}))  # fmt: skip
+    page = scoreboard.markdown(tmp_path / "records", results)
+    assert (
+        "1 claims of the papers: 1 reproduced, 0 reproduced as an analog, 0 not reproduced"
+        not in page
+    )
+    assert "2 claims of the papers: 1 reproduced" in page and "1 not run; and 1 checks" in page
+    assert "FAILS" not in page  # a row not run never fails
+    # threshold at slot 10 of 31 (margin 0), one seed per 5%: 0 and 5% side by side, two at 30%,
+    # one past the right edge
+    assert "`" + "-" * 10 + "●●····2" + "·" * 13 + "●`" in page
+    assert "`" + "-" * 10 + "┃···5" + "·" * 16 + "`" in page

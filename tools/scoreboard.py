@@ -20,7 +20,9 @@ from pathlib import Path
 import book
 import robustness
 
-from papernotes.claims import NOT_REPRODUCED, STATUSES
+from papernotes.claims import CHECK, PAPER, STATUSES
+
+STRIP_FROM, STRIP_TO, STRIP_SLOTS = -0.5, 1.0, 31  # margins from -50% to +100%, 5% a slot
 
 
 def load_records(records: Path) -> dict[str, dict]:
@@ -38,8 +40,10 @@ def markdown(records_dir: Path, results_path: Path = robustness.RESULTS) -> str:
     results = json.loads(results_path.read_text())["chapters"] if results_path.exists() else {}
     chapters = book.toc_chapters()
     claims = [c for r in records.values() for c in r["claims"]]
-    count = {s: sum(c["status"] == s for c in claims) for s in STATUSES}
-    failing = sum(c["status"] != NOT_REPRODUCED and not c["holds"] for c in claims)
+    paper = [c for c in claims if c.get("kind", PAPER) == PAPER]
+    checks = [c for c in claims if c.get("kind") == CHECK]
+    count = {s: sum(c["status"] == s for c in paper) for s in STATUSES}
+    failing = sum(robustness.must_hold(c) and not c["holds"] for c in claims)
     weak_headlines = [
         p.stem
         for p in chapters
@@ -47,9 +51,10 @@ def markdown(records_dir: Path, results_path: Path = robustness.RESULTS) -> str:
     ]
     lines = [
         # The book's chapters are the ones _toc.yml lists: nothing here counts them by hand.
-        f"**{len(records)} of {len(chapters)} chapters checked.** {len(claims)} claims: "
-        f"{count['reproduced']} reproduced, {count['analog']} reproduced as a scaled-down analog, "
-        f"{count['not reproduced']} not reproduced"
+        f"**{len(records)} of {len(chapters)} chapters checked.** {len(paper)} claims of the "
+        f"papers: {count['reproduced']} reproduced, {count['analog']} reproduced as an analog, "
+        f"{count['not reproduced']} not reproduced, {count['not run']} not run; and "
+        f"{len(checks)} checks of the book's own"
         + (f"; **{failing} failing**." if failing else "."),
         "",
     ]
@@ -80,8 +85,8 @@ def chapter_section(path: Path, record: dict | None, result: dict) -> list[str]:
         *_mutants_lines(mutants, current),
         "",
         *_headline_lines(record, mutants),
-        "| claim | status | paper | ours | margin | seeds | catches |",
-        "|---|---|---|---|---|---|---|",
+        "| claim | status | paper | ours | margin | seeds | margins on the seeds | catches |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for i, claim in enumerate(record["claims"]):
         seeds_cell = "not run"
@@ -92,13 +97,36 @@ def chapter_section(path: Path, record: dict | None, result: dict) -> list[str]:
         if claim.get("thin"):
             margin += " (thin)"
         status = claim["status"]
-        if not claim["holds"] and status != NOT_REPRODUCED:
+        if not claim["holds"] and robustness.must_hold(claim):
             status = f"**{status}, FAILS**"
         catches = ", ".join(catching(claim["statement"], mutants)) or "—"
-        cells = [claim["statement"], status, claim["paper"], claim["ours"], margin, seeds_cell]
-        cells.append(catches)
+        strip = strip_plot(held[i].get("margins", [])) if i in held else "—"
+        paper_cell = claim["paper"] or "the book's own check"
+        cells = [claim["statement"], status, paper_cell, claim["ours"], margin, seeds_cell]
+        cells += [strip, catches]
         lines.append("| " + " | ".join(_cell(c) for c in cells) + " |")
     return [*lines, ""]
+
+
+def strip_plot(margins: list) -> str:
+    """The seeds' margins on one line: `-` below the threshold, `┃` the threshold (margin 0),
+    `·` above it, `●` a seed (several in one place: their count), from -50% to +100%."""
+    numbers = [m for m in margins if m is not None]
+    if not numbers:
+        return "—"
+    slots = ["-" if i < _slot(0.0) else "·" for i in range(STRIP_SLOTS)]
+    slots[_slot(0.0)] = "┃"
+    counts: dict[int, int] = {}
+    for m in numbers:
+        counts[_slot(m)] = counts.get(_slot(m), 0) + 1
+    for slot, n in counts.items():
+        slots[slot] = "●" if n == 1 else str(n)
+    return "`" + "".join(slots) + "`"
+
+
+def _slot(margin: float) -> int:
+    clipped = min(max(margin, STRIP_FROM), STRIP_TO)
+    return round((clipped - STRIP_FROM) / (STRIP_TO - STRIP_FROM) * (STRIP_SLOTS - 1))
 
 
 def catching(statement: str, mutants: dict | None) -> list[str]:
@@ -107,20 +135,26 @@ def catching(statement: str, mutants: dict | None) -> list[str]:
     return [r["name"] for r in results if statement in r.get("failed_claims", [])]
 
 
+def headline(claims: list[dict]) -> dict | None:
+    """The chapter's headline: its first claim of the paper (checks of the book's own aside)."""
+    return next((c for c in claims if c.get("kind", PAPER) == PAPER), None)
+
+
 def headline_catches_none(record: dict | None, mutants: dict | None) -> bool:
-    """The chapter's first row, the paper's headline, fails for none of its broken mechanisms:
-    only a sanity row stands between a wrong mechanism and a green chapter."""
-    if not record or not record["claims"] or not mutants:
+    """The paper's headline fails for none of the chapter's broken mechanisms: only another row
+    stands between a wrong mechanism and a green chapter."""
+    first = headline(record["claims"]) if record else None
+    if first is None or not mutants:
         return False
-    return not catching(record["claims"][0]["statement"], mutants)
+    return not catching(first["statement"], mutants)
 
 
 def _headline_lines(record: dict, mutants: dict | None) -> list[str]:
     if not headline_catches_none(record, mutants):
         return []
     return [
-        "**The headline (the first row) catches none of the broken mechanisms**: only other "
-        "rows fail for them.",
+        "**The headline (the first claim of the paper) catches none of the broken "
+        "mechanisms**: only other rows fail for them.",
         "",
     ]
 
