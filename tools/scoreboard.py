@@ -136,8 +136,11 @@ def catching(statement: str, mutants: dict | None) -> list[str]:
 
 
 def headline(claims: list[dict]) -> dict | None:
-    """The chapter's headline: its first claim of the paper (checks of the book's own aside)."""
-    return next((c for c in claims if c.get("kind", PAPER) == PAPER), None)
+    """The chapter's headline: its first claim of the paper that must hold (checks of the
+    book's own aside; a result not reproduced or not run cannot vouch for the mechanism)."""
+    return next(
+        (c for c in claims if c.get("kind", PAPER) == PAPER and robustness.must_hold(c)), None
+    )
 
 
 def headline_catches_none(record: dict | None, mutants: dict | None) -> bool:
