@@ -42,7 +42,7 @@ CACHE = book.ROOT / "_build" / ".jupyter_cache"
 KEYS = CACHE / "papernotes-behaviour.json"
 KEPT_RECORDS = CACHE / "papernotes-records"
 RECORDS = book.ROOT / "_build" / "records"
-TIMEOUT_S = 600
+TIMEOUT_S = 300  # a cell; as nbval's, so that a hang fails within minutes
 WORKERS = 2
 
 
