@@ -75,3 +75,17 @@ def test_a_chapter_failure_crosses_processes_intact():
         "ClaimsFailed",
         str(failure),
     )
+
+
+def run_cells(path):
+    nb = nbformat.read(path, as_version=4)
+    return kernels.execute(nb, path)
+
+
+def test_chapters_run_side_by_side_and_a_failure_comes_back_named(tmp_path):
+    good, bad = tmp_path / "good.ipynb", tmp_path / "bad.ipynb"
+    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("1 + 1")]), good)
+    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("1 / 0")]), bad)
+    outcomes = {p.stem: (r, f) for p, r, f in kernels.in_parallel(run_cells, [good, bad])}
+    assert outcomes["good"][0] > 0 and outcomes["good"][1] is None
+    assert outcomes["bad"][0] is None and outcomes["bad"][1].chapter == "bad"

@@ -28,7 +28,6 @@ import shutil
 import sys
 import tempfile
 import time
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
 import nbformat
@@ -101,18 +100,14 @@ def main() -> int:
     print(f"{len(chapters) - len(stale)} of {len(chapters)} chapters unchanged since they ran; "
           f"executing {len(stale)}", file=sys.stderr)  # fmt: skip
     start, failed = time.perf_counter(), []
-    with ProcessPoolExecutor(max_workers=WORKERS) as pool:
-        futures = {pool.submit(run, path): path for path in stale}
-        for done, future in enumerate(as_completed(futures), start=1):
-            path = futures[future]
-            try:
-                text, record, seconds = future.result()
-            except kernels.ChapterFailed as failure:
-                failed.append(path.stem)
-                kernels.progress(done, len(stale), start, f"FAILED {failure}")
-                continue
-            store(cache, path, text, record, keys)
-            kernels.progress(done, len(stale), start, f"{path.stem} ({seconds:.0f} s)")
+    for done, (path, result, failure) in enumerate(kernels.in_parallel(run, stale, WORKERS), 1):
+        if failure is not None:
+            failed.append(path.stem)
+            kernels.progress(done, len(stale), start, f"FAILED {failure}")
+            continue
+        text, record, seconds = result
+        store(cache, path, text, record, keys)
+        kernels.progress(done, len(stale), start, f"{path.stem} ({seconds:.0f} s)")
     restore_records(chapters)
     if failed:
         print(f"chapters that failed: {', '.join(failed)}", file=sys.stderr)

@@ -188,6 +188,20 @@ def _running_cell(nb) -> int | None:
     return started[-1] if started else None
 
 
+def in_parallel(work, paths: list[Path], workers: int = 2):
+    """Run `work(path)` for each chapter, `workers` at a time (one single-threaded kernel per
+    core); yields (path, result, failure) as each ends, failure a ChapterFailed or None."""
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+
+    with ProcessPoolExecutor(max_workers=workers) as pool:
+        futures = {pool.submit(work, path): path for path in paths}
+        for future in as_completed(futures):
+            try:
+                yield futures[future], future.result(), None
+            except ChapterFailed as failure:
+                yield futures[future], None, failure
+
+
 def progress(done: int, total: int, started: float, what: str) -> None:
     """One line of progress for long commands: chapters done of total, and the time so far."""
     elapsed = time.perf_counter() - started

@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
 import nbformat
@@ -32,9 +31,6 @@ WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 def stamp_setup_cell(nb) -> None:
     first_code = next(c for c in nb.cells if c.cell_type == "code")
     first_code.source = book.setup_cell_source()
-
-
-WORKERS = 2
 
 
 def normalize(nb) -> None:
@@ -75,15 +71,12 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     chapters = [p.resolve() for p in args.chapters] or book.chapter_files()
     start, failed = time.perf_counter(), []
-    with ProcessPoolExecutor(max_workers=WORKERS) as pool:
-        futures = {pool.submit(refresh, path): path for path in chapters}
-        for done, future in enumerate(as_completed(futures), start=1):
-            path = futures[future]
-            try:
-                what = f"{path.stem}: executed and saved ({future.result():.1f} s)"
-            except kernels.ChapterFailed as failure:
-                what, failed = f"FAILED {failure}", [*failed, path.stem]
-            kernels.progress(done, len(chapters), start, what)
+    for done, (path, seconds, failure) in enumerate(kernels.in_parallel(refresh, chapters), 1):
+        if failure is None:
+            what = f"{path.stem}: executed and saved ({seconds:.1f} s)"
+        else:
+            what, failed = f"FAILED {failure}", [*failed, path.stem]
+        kernels.progress(done, len(chapters), start, what)
     if failed:
         print(f"not saved (a cell failed): {', '.join(failed)}", file=sys.stderr)
     return 1 if failed else 0
