@@ -89,3 +89,67 @@ def test_chapters_run_side_by_side_and_a_failure_comes_back_named(tmp_path):
     outcomes = {p.stem: (r, f) for p, r, f in kernels.in_parallel(run_cells, [good, bad])}
     assert outcomes["good"][0] > 0 and outcomes["good"][1] is None
     assert outcomes["bad"][0] is None and outcomes["bad"][1].chapter == "bad"
+
+
+class LostWakeUpSocket:
+    """A socket whose message is already there but whose poll sleeps out its whole timeout
+    before it sees it, as zmq.asyncio's poll does when it loses the descriptor's wake-up."""
+
+    def __init__(self):
+        self.polls = []
+
+    async def poll(self, timeout_ms=None):
+        import asyncio
+
+        self.polls.append(timeout_ms)
+        if timeout_ms is None:
+            await asyncio.Event().wait()  # never woken
+        await asyncio.sleep(timeout_ms / 1000)
+        return 1
+
+
+def lost_wake_up_channel(channel_class):
+    channel = object.__new__(channel_class)
+    channel.socket = LostWakeUpSocket()
+
+    async def receive(**_):
+        return {"msg_type": "execute_reply"}
+
+    channel._recv = receive
+    return channel
+
+
+def test_a_lost_wake_up_costs_a_second_not_the_whole_timeout():
+    import asyncio
+    import time
+
+    channel = lost_wake_up_channel(kernels.SlicedPollChannel)
+    start = time.monotonic()
+    message = asyncio.run(asyncio.wait_for(channel.get_msg(timeout=30), 10))
+    assert message == {"msg_type": "execute_reply"}
+    assert time.monotonic() - start < 3 * kernels.POLL_SLICE_S
+    # and a wait without a timeout (nbclient's output poll) returns too, instead of never
+    channel = lost_wake_up_channel(kernels.SlicedPollChannel)
+    assert asyncio.run(asyncio.wait_for(channel.get_msg(timeout=None), 10))
+
+
+def test_a_sliced_poll_still_times_out():
+    import asyncio
+    from queue import Empty
+
+    channel = lost_wake_up_channel(kernels.SlicedPollChannel)
+
+    async def never_ready(timeout_ms=None):
+        await asyncio.sleep((timeout_ms or 0) / 1000)
+        return 0
+
+    channel.socket.poll = never_ready
+    with pytest.raises(Empty):
+        asyncio.run(asyncio.wait_for(channel.get_msg(timeout=1.5), 10))
+
+
+def test_nbclients_kernels_get_the_sliced_client():
+    client = kernels.AsyncIpcKernelManager(kernel_name="python3").client()
+    assert isinstance(client, kernels.SlicedPollClient)
+    assert client.shell_channel_class is kernels.SlicedPollChannel
+    assert client.iopub_channel_class is kernels.SlicedPollChannel

@@ -22,6 +22,7 @@ Exits non-zero, naming the chapter and the cell, when a chapter fails.
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import shutil
@@ -67,12 +68,31 @@ def stale_chapters(cache, chapters: list[Path], keys: dict) -> list[Path]:
     return stale
 
 
+def with_outputs(source, executed):
+    """The chapter as written, with the executed copy's outputs and notebook metadata.
+
+    jupyter-cache files an execution under a hash of the notebook's code cells *with their
+    metadata*, and the build looks a chapter up by the hash of the file as written; nbclient adds
+    timing metadata to each cell it runs, so an executed copy stored as it is is never found
+    (the build would execute the chapter a second time)."""
+    merged = copy.deepcopy(source)
+    for cell, ran in zip(merged.cells, executed.cells, strict=True):
+        if cell.cell_type == "code":
+            cell.outputs, cell.execution_count = ran.outputs, ran.execution_count
+    merged.metadata = copy.deepcopy(executed.metadata)
+    merged.metadata.pop("kernelspec", None)
+    if "kernelspec" in source.metadata:
+        merged.metadata.kernelspec = source.metadata.kernelspec
+    return merged
+
+
 def store(cache, path: Path, text: str, record: str | None, keys: dict) -> None:
     from jupyter_cache.base import CacheBundleIn
 
-    cache.cache_notebook_bundle(
-        CacheBundleIn(nbformat.reads(text, as_version=4), str(path)), overwrite=True
-    )
+    source = nbformat.read(path, as_version=4)
+    bundle = with_outputs(source, nbformat.reads(text, as_version=4))
+    cache.cache_notebook_bundle(CacheBundleIn(bundle, str(path)), overwrite=True)
+    cache.match_cache_notebook(source)  # a KeyError here would mean the build cannot find it
     keys[path.stem] = behaviour.behaviour_hash(path)
     KEYS.write_text(json.dumps(keys, indent=1, sort_keys=True) + "\n")
     if record is not None:

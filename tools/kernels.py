@@ -13,6 +13,14 @@ cannot collide, need no port, and carry no "running over TCP without encryption"
 **Every execution has a timeout** (a cell, and the kernel's start), so a hang becomes an error
 that names the chapter and the cell.
 
+**nbclient's client waits in slices of a second.** Its asynchronous channels wait for a message
+with one `socket.poll(timeout)`; zmq.asyncio wakes that poll from the socket's edge-triggered
+file descriptor, and now and then the wake-up is lost: the message sits in the socket while the
+poll sleeps out its whole timeout and finds it only then. A cell that took 5 s once returned
+after exactly the 300 s cell timeout, and a wait without a timeout (nbclient's output poll)
+never returns. `SlicedPollChannel` polls a second at a time until the timeout, so a lost
+wake-up costs at most a second.
+
 **The machine a chapter's outputs come from.** `machine()` names what decides a chapter's
 floating-point arithmetic: the processor, torch's vector kernels (AVX2, AVX-512, NEON or the
 plain ones that ATEN_CPU_CAPABILITY=default forces), the torch and numpy builds. The refresh tool
@@ -32,11 +40,14 @@ import time
 import uuid
 from pathlib import Path
 
+from jupyter_client.asynchronous import AsyncKernelClient
+from jupyter_client.channels import AsyncZMQSocketChannel
 from jupyter_client.manager import AsyncKernelManager, KernelManager
-from traitlets import Unicode, default
+from traitlets import Type, Unicode, default
 
 CELL_TIMEOUT_S = 300
 STARTUP_TIMEOUT_S = 120
+POLL_SLICE_S = 1.0
 METADATA_KEY = "papernotes"
 
 
@@ -58,14 +69,43 @@ class IpcKernelManager(KernelManager):
         return _socket_stem()
 
 
+class SlicedPollChannel(AsyncZMQSocketChannel):
+    """An asynchronous channel whose `get_msg` polls a second at a time (see the module
+    docstring): the same messages, the same timeout, and no wait on a lost wake-up."""
+
+    async def get_msg(self, timeout: float | None = None) -> dict:
+        from queue import Empty
+
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            left = POLL_SLICE_S if deadline is None else max(0.0, deadline - time.monotonic())
+            try:
+                return await super().get_msg(timeout=min(POLL_SLICE_S, left))
+            except Empty:
+                if deadline is not None and time.monotonic() >= deadline:
+                    raise
+
+
+class SlicedPollClient(AsyncKernelClient):
+    """nbclient's kernel client, with the shell and output channels polled in slices."""
+
+    shell_channel_class = Type(SlicedPollChannel)
+    iopub_channel_class = Type(SlicedPollChannel)
+
+
 class AsyncIpcKernelManager(AsyncKernelManager):
-    """The same for nbclient, which drives its kernels asynchronously."""
+    """The same for nbclient, which drives its kernels asynchronously, with its clients
+    polling in slices."""
 
     transport = Unicode("ipc", config=True)
 
     @default("ip")
     def _ip_default(self) -> str:
         return _socket_stem()
+
+    @default("client_factory")
+    def _client_factory_default(self) -> type:
+        return SlicedPollClient
 
 
 def machine() -> str:
