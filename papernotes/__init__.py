@@ -26,14 +26,14 @@ Conventions, for every module:
   call `papernotes.checks`; the math below them trusts its input.
 - Every random choice of a run follows one seed: `training.seeded(seed)` around model
   construction, `training.generator(seed, stream)` for batches, noise and generated data. A
-  chapter passes `pn.seed()`, so `PAPERNOTES_SEED` changes every number it prints.
+  chapter passes `pn.chapter_seed()`, so `PAPERNOTES_SEED` changes every number it prints.
 - Everything runs on the CPU, one thread. The experiments are sized for it: at these sizes a GPU
   spends longer launching kernels than computing, and committed outputs, which nbval compares,
   come from CPU arithmetic. (The package does not move tensors to a device; a reader with a GPU
   can move a model and its data by hand.)
 """
 
-from papernotes.chapter import elapsed, quiet, seed, seed_everything, setup, show_source
+from papernotes.chapter import chapter_seed, elapsed, quiet, seed_everything, setup, show_source
 from papernotes.claims import ANALOG, CHECK, NOT_REPRODUCED, NOT_RUN, PAPER, REPRODUCED, Claims
 from papernotes.data import Digits, binarize, load_digits_split, minibatches
 from papernotes.knobs import Knob, KnobPanel, Sweep, knob_panel, precompute
@@ -76,7 +76,7 @@ __all__ = [
     "precompute",
     "progress",
     "quiet",
-    "seed",
+    "chapter_seed",
     "seed_everything",
     "seeded",
     "setup",

@@ -328,8 +328,9 @@ def train_mnist_net(
         }
 
     name = f"{'BN' if batch_norm else 'no BN'}, {activation}, lr {lr:g}"
-    history = train(model, optimizer, loss_of_update, steps, evaluate=evaluate,
-                    eval_every=eval_every, desc=name)  # fmt: skip
+    history = train(
+        model, optimizer, loss_of_update, steps, evaluate=evaluate, eval_every=eval_every, desc=name
+    )
     return Run(model, history, torch.stack(bands))
 
 

@@ -239,9 +239,15 @@ def mlm_loss(
     r"""$\mathcal L_{\mathrm{MLM}}$: cross-entropy of the original tokens at the selected
     positions of a freshly masked batch (labels -100 elsewhere are ignored)."""
     inputs, labels = mask_tokens(
-        tokens, MASK, model.vocab_size, mask_prob, generator, SPECIAL_IDS,
-        mask_fraction=mask_fraction, random_fraction=random_fraction,
-    )  # fmt: skip
+        tokens,
+        MASK,
+        model.vocab_size,
+        mask_prob,
+        generator,
+        SPECIAL_IDS,
+        mask_fraction=mask_fraction,
+        random_fraction=random_fraction,
+    )
     logits = model(inputs)
     return F.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=IGNORE)
 
@@ -267,8 +273,9 @@ def masking_shares(tokens: torch.Tensor, inputs: torch.Tensor, labels: torch.Ten
     }
 
 
-def expected_shares(mask_prob: float = 0.15, mask_fraction: float = 0.8,
-                    random_fraction: float = 0.1) -> dict:  # fmt: skip
+def expected_shares(
+    mask_prob: float = 0.15, mask_fraction: float = 0.8, random_fraction: float = 0.1
+) -> dict:
     """The shares `masking_shares` should find on this module's vocabulary: a random token is
     the original one with probability 1 / (number of ordinary tokens)."""
     same = 1 / (VOCAB_SIZE - len(SPECIAL_IDS) - 1)

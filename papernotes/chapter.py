@@ -4,7 +4,7 @@
 
 - one seed for Python, NumPy and torch, so two runs print the same numbers; the seed is 0 unless
   `PAPERNOTES_SEED` says otherwise (`make seeds` runs every chapter under seeds 0-4), and every
-  run of the chapter derives its random streams from it (`papernotes.seed()`);
+  run of the chapter derives its random streams from it (`papernotes.chapter_seed()`);
 - torch pinned to one thread: on a 2-core machine small matmuls run up to 100x faster that way,
   and results are bit-identical run after run;
 - deterministic algorithms on;
@@ -76,7 +76,7 @@ def setup(seed: int | None = None) -> None:
     _started_at = time.perf_counter()
 
 
-def seed() -> int:
+def chapter_seed() -> int:
     """The chapter's seed: what `setup()` used (before it runs, what it would use)."""
     return _seed_from_environment() if _seed is None else _seed
 

@@ -183,10 +183,18 @@ class Claims:
             )
             holds = bool(_OPERATORS[op](measured, bound))
             claim = Claim(
-                statement, kind, status, paper, ours, holds, measured, op, bound,
+                statement,
+                kind,
+                status,
+                paper,
+                ours,
+                holds,
+                measured,
+                op,
+                bound,
                 None if baseline is None else _number(statement, "baseline", baseline),
                 margin(measured, op, bound),
-            )  # fmt: skip
+            )
         else:
             claim = Claim(statement, kind, status, paper, ours, _as_bool(holds, statement))
         self.items.append(claim)
@@ -226,7 +234,7 @@ class Claims:
         path = directory / f"{self.chapter}.json"
         payload = {
             "chapter": self.chapter,
-            "seed": chapter.seed(),
+            "seed": chapter.chapter_seed(),
             "all_hold": not self.failed,
             "claims": [
                 {**asdict(claim), "thin": claim.thin, "must_hold": claim.must_hold}

@@ -243,9 +243,14 @@ def meta_train(
         return meta_loss(learner, chains, next_task=next_task)
 
     history = train(
-        learner, optimizer, loss_of_update, iterations, eval_every=eval_every, clip=10.0,
+        learner,
+        optimizer,
+        loss_of_update,
+        iterations,
+        eval_every=eval_every,
+        clip=10.0,
         desc="meta-training",
-    )  # fmt: skip
+    )
     return Run(learner, history)
 
 
@@ -329,11 +334,13 @@ def run_chains(
     W, b = policy.W.detach().expand(c, -1, -1), policy.b.detach().expand(c, -1)
     for i in range(e):
         if i > 0 and adaptation == "meta":
-            W, b = adapt(policy, chains.goals[:, i - 1], chains.scales[:, i - 1],
-                         create_graph=False)  # fmt: skip
+            W, b = adapt(
+                policy, chains.goals[:, i - 1], chains.scales[:, i - 1], create_graph=False
+            )
         elif i > 0 and adaptation == "tracking":
-            W, b = _gradient_steps(W, b, chains.goals[:, i - 1], chains.scales[:, i - 1],
-                                   tracking_lr, tracking_steps)  # fmt: skip
+            W, b = _gradient_steps(
+                W, b, chains.goals[:, i - 1], chains.scales[:, i - 1], tracking_lr, tracking_steps
+            )
         W, b = W.detach(), b.detach()
         losses.append(task_loss(W, b, chains.goals[:, i], chains.scales[:, i]))
         weights.append(W)
@@ -355,8 +362,12 @@ def adapted_fit(learner: MetaLearner, chains: Chains) -> tuple[float, float]:
     (T_{i+1}), both on episode i + 1's goals, averaged over every consecutive pair."""
     checks.tensor("chains.goals", chains.goals, "(C, E, G, A)", A=ACTUATORS)
     c, e, g, a = chains.goals.shape
-    W, b = adapt(learner, chains.goals[:, :-1].reshape(-1, g, a),
-                 chains.scales[:, :-1].reshape(-1, a), create_graph=False)  # fmt: skip
+    W, b = adapt(
+        learner,
+        chains.goals[:, :-1].reshape(-1, g, a),
+        chains.scales[:, :-1].reshape(-1, a),
+        create_graph=False,
+    )
     W, b = W.detach(), b.detach()
     goals = chains.goals[:, 1:].reshape(-1, g, a)
     same = task_loss(W, b, goals, chains.scales[:, :-1].reshape(-1, a)).mean().item()

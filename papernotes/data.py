@@ -84,3 +84,26 @@ def minibatches(n: int, batch_size: int, generator: torch.Generator | None = Non
         order = torch.randperm(n, generator=generator)
         for start in range(0, n - batch_size + 1, batch_size):
             yield order[start : start + batch_size]
+
+
+@dataclass(frozen=True)
+class Standardizer:
+    r"""Per-feature standardisation fitted on a training set: $\hat x_d = (x_d - \mu_d) / \sigma_d$
+    with each feature's mean and standard deviation over the training rows.
+
+    `fit(train_x, eps=...)` adds `eps` to every deviation; a feature that is constant on the
+    training rows (deviation under 1e-8) keeps scale 1 instead of blowing up elsewhere."""
+
+    mean: torch.Tensor  # (D,)
+    std: torch.Tensor  # (D,)
+
+    @classmethod
+    def fit(cls, train_x: torch.Tensor, *, eps: float = 0.0) -> Standardizer:
+        checks.tensor("train_x", train_x, "(N, D)", dtype="floating")
+        checks.number("eps", eps, 0.0)
+        std = train_x.std(0)
+        return cls(train_x.mean(0), torch.where(std > 1e-8, std + eps, torch.ones_like(std)))
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        checks.tensor("x", x, "(N, D)", D=len(self.mean), dtype="floating")
+        return (x - self.mean) / self.std

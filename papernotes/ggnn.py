@@ -375,9 +375,14 @@ def train_ggnn(
 
     optimizer = torch.optim.Adam(model.parameters(), lr=lr)
     history = train(
-        model, optimizer, loss_of_update, updates, eval_every=eval_every,
-        evaluate=lambda: {"val_accuracy": ggnn_accuracy(model, val_set)}, desc="GG-NN",
-    )  # fmt: skip
+        model,
+        optimizer,
+        loss_of_update,
+        updates,
+        eval_every=eval_every,
+        evaluate=lambda: {"val_accuracy": ggnn_accuracy(model, val_set)},
+        desc="GG-NN",
+    )
     return Run(model, history)
 
 
@@ -433,7 +438,12 @@ def train_lstm(
 
     optimizer = torch.optim.Adam(model.parameters(), lr=lr)
     history = train(
-        model, optimizer, loss_of_update, updates, eval_every=eval_every,
-        evaluate=lambda: {"val_accuracy": lstm_accuracy(model, val_set)}, desc="LSTM",
-    )  # fmt: skip
+        model,
+        optimizer,
+        loss_of_update,
+        updates,
+        eval_every=eval_every,
+        evaluate=lambda: {"val_accuracy": lstm_accuracy(model, val_set)},
+        desc="LSTM",
+    )
     return Run(model, history)

@@ -216,9 +216,14 @@ def pretrain(
         return {"val_accuracy": (model(val.images).argmax(1) == val.labels).float().mean().item()}
 
     history = train(
-        model, torch.optim.Adam(model.parameters(), lr=lr), loss_of_update, steps,
-        evaluate=evaluate, eval_every=max(steps // 4, 1), desc="pretraining",
-    )  # fmt: skip
+        model,
+        torch.optim.Adam(model.parameters(), lr=lr),
+        loss_of_update,
+        steps,
+        evaluate=evaluate,
+        eval_every=max(steps // 4, 1),
+        desc="pretraining",
+    )
     model.requires_grad_(False)
     return model, history
 
@@ -320,8 +325,9 @@ class LocationClassifier(nn.Module):
     `feature_std`), so it takes raw hypercolumns.
     """
 
-    def __init__(self, n_features: int, standardizer: Standardizer, *, grid: int = 1,
-                 n_outputs: int = 2):  # fmt: skip
+    def __init__(
+        self, n_features: int, standardizer: Standardizer, *, grid: int = 1, n_outputs: int = 2
+    ):
         super().__init__()
         self.n_features = checks.integer("n_features", n_features)
         self.grid = checks.integer("grid", grid)

@@ -400,9 +400,13 @@ class CNN(nn.Module):
         checks.integer("channels", channels)
         checks.integer("hidden", hidden)
         self.features = nn.Sequential(
-            nn.Conv2d(1, channels, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
-            nn.Conv2d(channels, 2 * channels, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
-        )  # fmt: skip
+            nn.Conv2d(1, channels, 3, padding=1),
+            nn.ReLU(),
+            nn.MaxPool2d(2),
+            nn.Conv2d(channels, 2 * channels, 3, padding=1),
+            nn.ReLU(),
+            nn.MaxPool2d(2),
+        )
         self.head = nn.Sequential(
             nn.Flatten(), nn.Linear(8 * channels, hidden), nn.ReLU(), nn.Linear(hidden, N_CLASSES)
         )
@@ -443,6 +447,13 @@ def train_classifier(
         return {"val_accuracy": accuracy(model(digits.val_x), digits.val_y)}
 
     optimizer = torch.optim.Adam(model.parameters(), lr=lr)
-    history = train(model, optimizer, loss_of_update, steps, evaluate=evaluate,
-                    eval_every=max(1, steps // 6), desc="CNN" if cnn else "MLP")  # fmt: skip
+    history = train(
+        model,
+        optimizer,
+        loss_of_update,
+        steps,
+        evaluate=evaluate,
+        eval_every=max(1, steps // 6),
+        desc="CNN" if cnn else "MLP",
+    )
     return Trained(model, history)

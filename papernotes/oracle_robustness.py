@@ -363,6 +363,13 @@ def train_classifier(
         return {} if val is None else {"val_accuracy": accuracy(model(val[0]), val[1])}
 
     optimizer = torch.optim.Adam(model.parameters(), lr=lr)
-    history = train(model, optimizer, loss_of_update, steps, evaluate=evaluate,
-                    eval_every=max(1, steps // 4), desc="f1")  # fmt: skip
+    history = train(
+        model,
+        optimizer,
+        loss_of_update,
+        steps,
+        evaluate=evaluate,
+        eval_every=max(1, steps // 4),
+        desc="f1",
+    )
     return Trained(model, history)

@@ -267,8 +267,12 @@ def randomization_test(
     if batch_size > n:
         raise ValueError(f"batch_size must be at most the {n} training examples; got {batch_size}")
     with seeded(seed):
-        model = mlp(data.train_x.shape[1], checks.integer("hidden", hidden),
-                    checks.integer("depth", depth), data.num_classes)  # fmt: skip
+        model = mlp(
+            data.train_x.shape[1],
+            checks.integer("hidden", hidden),
+            checks.integer("depth", depth),
+            data.num_classes,
+        )
     optimizer = torch.optim.Adam(model.parameters(), lr=lr)
     batches = minibatches(n, batch_size, generator(seed, BATCH_STREAM))
     updates_per_epoch = n // batch_size
@@ -286,8 +290,14 @@ def randomization_test(
                 "test_accuracy": accuracy(model(data.test_x), data.test_y),
             }
 
-        one = train(model, optimizer, loss_of_update, updates_per_epoch, evaluate=evaluate,
-                    desc=f"epoch {epoch}")  # fmt: skip
+        one = train(
+            model,
+            optimizer,
+            loss_of_update,
+            updates_per_epoch,
+            evaluate=evaluate,
+            desc=f"epoch {epoch}",
+        )
         history.log(epoch * updates_per_epoch, {k: v[-1] for k, v in one.metrics.items()})
         if history.final("train_accuracy") == 1.0:
             epochs_to_fit = epoch

@@ -132,8 +132,10 @@ def moment_map(mu, nu, omega=0.0, tau=1.0, *, alpha=None, lam=None):
     broadcast). Returns two float64 tensors (mean, variance). `alpha` and `lam` default to the
     SELU constants; other values give the map of another scaled ELU (ELU: 1 and 1).
     """
-    mu, nu, omega, tau = (_float64(name, v) for name, v in zip(
-        ("mu", "nu", "omega", "tau"), (mu, nu, omega, tau), strict=True))  # fmt: skip
+    mu, nu, omega, tau = (
+        _float64(name, v)
+        for name, v in zip(("mu", "nu", "omega", "tau"), (mu, nu, omega, tau), strict=True)
+    )
     for name, value in (("nu", nu), ("tau", tau)):
         if not (value > 0).all():
             raise ValueError(f"{name} must be positive (a variance, a sum of squares); got {value}")
@@ -325,8 +327,10 @@ def mlp(n_in: int, n_out: int, *, depth: int, width: int, snn: bool = True) -> n
     baseline, ReLU with He-normal weights (variance 2/n, the initialisation made for ReLU), no
     normalisation of any kind. The output layer is LeCun-normal in both.
     """
-    n_in, n_out, depth, width = (checks.integer(k, v) for k, v in (
-        ("n_in", n_in), ("n_out", n_out), ("depth", depth), ("width", width)))  # fmt: skip
+    n_in, n_out, depth, width = (
+        checks.integer(k, v)
+        for k, v in (("n_in", n_in), ("n_out", n_out), ("depth", depth), ("width", width))
+    )
     layers: list[nn.Module] = []
     fan_in = n_in
     for _ in range(depth):

@@ -1,6 +1,7 @@
 """The one training loop of the book, the history it returns, and the seeding it relies on.
 
-Every paper module trains through `train`:
+Every paper's experiment trains through `train`, and a classifier through `train_classifier`
+over it:
 
     with seeded(seed):                       # initial weights follow the run's seed
         model = Net()
@@ -16,10 +17,18 @@ clipping, the optimizer step, and every `eval_every` updates (and after the last
 in eval mode without gradients. A loss that stops being finite ends the updates (the run has
 diverged); the evaluation schedule carries on, so every run's history has the same steps.
 
-Seeds. A chapter has one seed (`papernotes.chapter.seed()`, from `PAPERNOTES_SEED` when set).
-Every random choice of a run follows it: `seeded(seed)` for what draws from torch's global
+Seeds. A chapter has one seed (`papernotes.chapter.chapter_seed()`, from `PAPERNOTES_SEED` when
+set). Every random choice of a run follows it: `seeded(seed)` for what draws from torch's global
 generator (initial weights), `generator(seed, stream)` for each other stream (batches, noise,
 generated data), so that one stream drawing more numbers does not shift another.
+
+Streams have names. Each experiment module names the streams it draws from once, at its top
+(`BATCHES, NOISE = 1, 2`), and passes the name: `generator(seed, BATCHES)`. The integers are the
+ones each chapter's published numbers were drawn with; a name says what the stream is for.
+
+One run type. `Run` holds what every training run ends with, the model and its History; a paper
+whose run also returns a measurement (the percentile bands of batch_norm, the temperatures of
+concrete) subclasses it with those fields.
 
 The progress bar is tqdm.auto (a widget in Jupyter, text in a terminal) and is off under CI,
 nbval and the book build (see `papernotes.chapter.quiet`), where nobody watches it and its rates
@@ -31,10 +40,12 @@ from __future__ import annotations
 import contextlib
 import math
 from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 from typing import TypeVar
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 from torch import nn
 from tqdm.auto import tqdm
 
@@ -198,3 +209,90 @@ def accuracy(logits: torch.Tensor, labels: torch.Tensor) -> float:
     n = checks.tensor("logits", logits, "(N, C)")["N"]
     checks.tensor("labels", labels, "(N,)", N=n)
     return (logits.argmax(-1) == labels).float().mean().item()
+
+
+def accuracy_of(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> float:
+    """The model's accuracy on (x, y), in eval mode without gradients (its mode kept)."""
+    with evaluating(model):
+        return accuracy(model(x), y)
+
+
+# -- what the papers share on top of the loop -----------------------------------------------------
+
+
+@dataclass
+class Run:
+    """A training run's result: the model (in eval mode) and the History of its evaluations.
+
+    The one run type of the book; a paper whose run returns more subclasses it."""
+
+    model: nn.Module
+    history: History
+
+
+def train_classifier(
+    model: nn.Module,
+    train_y: torch.Tensor,
+    optimizer: torch.optim.Optimizer,
+    steps: int,
+    *,
+    batches: Iterator[torch.Tensor],
+    logits_of: Callable[[torch.Tensor], torch.Tensor],
+    extra_loss: Callable[[torch.Tensor], torch.Tensor] | None = None,
+    evaluate: Callable[[], dict[str, float]] | None = None,
+    eval_every: int | None = None,
+    clip: float | None = None,
+    desc: str = "classifier",
+) -> History:
+    """Train a classifier on cross-entropy over minibatches: the loop every paper's classifier
+    shares (through `train`).
+
+    Update i draws the row indices `index = next(batches)`, computes `logits_of(index)` (for a
+    plain classifier `model(train_x[index])`; a recurrent one adds its initial state) and the
+    cross-entropy against `train_y[index]`, plus `extra_loss(index)` when given (a penalty of
+    the paper's). `evaluate`, `eval_every`, `clip` and `desc` are `train`'s.
+    """
+    checks.tensor("train_y", train_y, "(N,)")
+
+    def loss_of_update(_: int) -> torch.Tensor:
+        index = next(batches)
+        loss = F.cross_entropy(logits_of(index), train_y[index])
+        return loss if extra_loss is None else loss + extra_loss(index)
+
+    return train(
+        model,
+        optimizer,
+        loss_of_update,
+        steps,
+        evaluate=evaluate,
+        eval_every=eval_every,
+        clip=clip,
+        desc=desc,
+    )
+
+
+def mlp(
+    widths: list[int],
+    activation: Callable[[], nn.Module] = nn.ReLU,
+    *,
+    init: Callable[[nn.Linear, bool], None] | None = None,
+) -> nn.Sequential:
+    """A multilayer perceptron: linear layers of `widths` ([inputs, hidden..., outputs]) with
+    `activation()` between them and none after the last.
+
+    `init(linear, is_output)`, when given, re-initialises each layer right after it is made (so
+    the random draws come in the order layer by layer)."""
+    if len(widths) < 2:
+        raise ValueError(f"widths needs the inputs and the outputs at least; got {widths}")
+    for i, width in enumerate(widths):
+        checks.integer(f"widths[{i}]", width)
+    layers: list[nn.Module] = []
+    for i, (fan_in, fan_out) in enumerate(zip(widths[:-1], widths[1:], strict=True)):
+        linear = nn.Linear(fan_in, fan_out)
+        is_output = i == len(widths) - 2
+        if init is not None:
+            init(linear, is_output)
+        layers.append(linear)
+        if not is_output:
+            layers.append(activation())
+    return nn.Sequential(*layers)

@@ -253,8 +253,11 @@ def test_networks_of_one_seed_start_from_the_same_weights_with_and_without_bn():
     for use_bn in (True, False):
         with pn.seeded(3):
             nets[use_bn] = bn_module.MNISTNet(batch_norm=use_bn, activation="relu")
-    for a, b in zip([*nets[True].linears, nets[True].readout],
-                    [*nets[False].linears, nets[False].readout], strict=True):  # fmt: skip
+    for a, b in zip(
+        [*nets[True].linears, nets[True].readout],
+        [*nets[False].linears, nets[False].readout],
+        strict=True,
+    ):
         assert torch.equal(a.weight, b.weight)
     with pn.seeded(4):
         other = bn_module.MNISTNet(batch_norm=True)

@@ -31,8 +31,12 @@ def test_masking_fractions_are_the_papers_in_expectation():
     m = bert.choose_masking(tokens, 0.15, gen(1), SPECIAL_IDS)
     kept = m.selected & ~m.masked & ~m.randomized
     # 15% selected; of the eligible tokens 12% masked, 1.5% random, 1.5% unchanged.
-    for decisions, p in ((m.selected, 0.15), (m.masked, 0.12), (m.randomized, 0.015),
-                         (kept, 0.015)):  # fmt: skip
+    for decisions, p in (
+        (m.selected, 0.15),
+        (m.masked, 0.12),
+        (m.randomized, 0.015),
+        (kept, 0.015),
+    ):
         assert within(decisions.sum().item() / n, p, n), p
     assert not (m.masked & m.randomized).any()
 
@@ -91,8 +95,9 @@ def test_masking_extremes():
     tokens = corpus(100)
     inputs, labels = bert.mask_tokens(tokens, MASK, VOCAB_SIZE, 0.0, gen(7), SPECIAL_IDS)
     assert torch.equal(inputs, tokens) and (labels == IGNORE).all()
-    inputs, _ = bert.mask_tokens(tokens, MASK, VOCAB_SIZE, 1.0, gen(7), SPECIAL_IDS,
-                                 mask_fraction=1.0, random_fraction=0.0)  # fmt: skip
+    inputs, _ = bert.mask_tokens(
+        tokens, MASK, VOCAB_SIZE, 1.0, gen(7), SPECIAL_IDS, mask_fraction=1.0, random_fraction=0.0
+    )
     special = torch.isin(tokens, torch.tensor(SPECIAL_IDS))
     assert (inputs[~special] == MASK).all()
 
@@ -196,10 +201,15 @@ def test_mlm_loss_averages_over_the_selected_positions_only():
 def test_ltr_loss_predicts_the_next_real_token():
     tokens, model = corpus(16), encoder(True)
     log_p = model(tokens).log_softmax(-1)
-    terms = [-log_p[b, t, tokens[b, t + 1]] for b in range(16) for t in range(21)
-             if tokens[b, t + 1] != PAD]  # fmt: skip
-    assert bert.ltr_loss(model, tokens).item() == pytest.approx(torch.stack(terms).mean().item(),
-                                                                rel=1e-5)  # fmt: skip
+    terms = [
+        -log_p[b, t, tokens[b, t + 1]]
+        for b in range(16)
+        for t in range(21)
+        if tokens[b, t + 1] != PAD
+    ]
+    assert bert.ltr_loss(model, tokens).item() == pytest.approx(
+        torch.stack(terms).mean().item(), rel=1e-5
+    )
     assert F.cross_entropy(model(tokens)[0, :1], tokens[0, 1:2]).item() > 0
 
 
@@ -266,8 +276,19 @@ def test_train_probe_learns_a_separable_problem():
 
 def test_pretrain_keeps_snapshots_and_lowers_the_loss():
     tokens, val = corpus(512), corpus(64, seed=1)
-    run = bert.pretrain(tokens, val, causal=False, seed=0, steps=40, eval_every=20,
-                        batch_size=32, d_model=32, n_heads=2, n_layers=1, d_ff=32)  # fmt: skip
+    run = bert.pretrain(
+        tokens,
+        val,
+        causal=False,
+        seed=0,
+        steps=40,
+        eval_every=20,
+        batch_size=32,
+        d_model=32,
+        n_heads=2,
+        n_layers=1,
+        d_ff=32,
+    )
     assert run.history.steps == [20, 40] and sorted(run.snapshots) == [20, 40]
     assert run.history["val_loss"][-1] < math.log(VOCAB_SIZE)
     at_40 = run.at(40)

@@ -239,11 +239,16 @@ def test_a_scaffolded_chapter_is_listed_and_caught_until_written(tmp_path):
     assert "{doc}`chapters/layer_norm`" in intro and "**A new part**" in intro
     assert intro.index("chapters/layer_norm") < intro.index("**Memory, attention")
     assert unwritten(tmp_path) == [
-        "chapters/layer_norm.ipynb", "chapters/world_models.ipynb", "intro.md",
-        "papernotes/layer_norm.py", "papernotes/world_models.py",
-        "tests/mutants/layer_norm.py", "tests/mutants/world_models.py",
-        "tests/test_layer_norm.py", "tests/test_world_models.py",
-    ]  # fmt: skip
+        "chapters/layer_norm.ipynb",
+        "chapters/world_models.ipynb",
+        "intro.md",
+        "papernotes/layer_norm.py",
+        "papernotes/world_models.py",
+        "tests/mutants/layer_norm.py",
+        "tests/mutants/world_models.py",
+        "tests/test_layer_norm.py",
+        "tests/test_world_models.py",
+    ]
     nb = nbformat.read(tmp_path / "chapters" / "layer_norm.ipynb", as_version=4)
     first_code = next(c for c in nb.cells if c.cell_type == "code")
     assert first_code.source == book.setup_cell_source(tmp_path)

@@ -59,15 +59,15 @@ def test_quiet_follows_the_environment(monkeypatch, env, expected):
 def test_the_seed_comes_from_the_environment_unless_given(monkeypatch):
     monkeypatch.setattr(chapter, "_seed", None)
     monkeypatch.setenv("PAPERNOTES_SEED", "3")
-    assert pn.seed() == 3
+    assert pn.chapter_seed() == 3
     pn.setup()
-    assert pn.seed() == 3
+    assert pn.chapter_seed() == 3
     three = torch.rand(1).item()
     monkeypatch.setenv("PAPERNOTES_SEED", "4")
     pn.setup()
-    assert pn.seed() == 4 and torch.rand(1).item() != three
+    assert pn.chapter_seed() == 4 and torch.rand(1).item() != three
     pn.setup(seed=3)
-    assert pn.seed() == 3 and torch.rand(1).item() == three
+    assert pn.chapter_seed() == 3 and torch.rand(1).item() == three
     monkeypatch.setenv("PAPERNOTES_SEED", "four")
     with pytest.raises(ValueError, match="PAPERNOTES_SEED must be a non-negative integer"):
         pn.setup()

@@ -46,8 +46,16 @@ def test_a_condition_decides_whether_a_claim_holds_and_gives_its_margin():
         op=">=",
         bound=0.7,
     )
-    c = claims.add("lower is better", kind=pn.PAPER, status=pn.REPRODUCED, paper="p", ours="o",
-                   measured=np.float64(5.0), op="<", bound=torch.tensor(4.0))  # fmt: skip
+    c = claims.add(
+        "lower is better",
+        kind=pn.PAPER,
+        status=pn.REPRODUCED,
+        paper="p",
+        ours="o",
+        measured=np.float64(5.0),
+        op="<",
+        bound=torch.tensor(4.0),
+    )
     assert a.holds and a.margin == pytest.approx(0.1 / 0.8) and not a.thin
     assert b.holds and b.thin
     assert not c.holds and c.margin == pytest.approx(-0.2)
@@ -74,8 +82,16 @@ def test_claims_that_hold_pass_and_are_recorded_with_status_margin_and_seed(reco
         baseline=1.0,
     )
     claims.add("analog", kind=pn.PAPER, paper="p", ours="o", status=pn.ANALOG, holds=np.bool_(True))
-    claims.add("not here", kind=pn.PAPER, paper="p", ours="o", status=pn.NOT_REPRODUCED,
-               measured=1, op=">", bound=2)  # fmt: skip
+    claims.add(
+        "not here",
+        kind=pn.PAPER,
+        paper="p",
+        ours="o",
+        status=pn.NOT_REPRODUCED,
+        measured=1,
+        op=">",
+        bound=2,
+    )
     claims.check()  # the not-reproduced row does not fail the chapter
     record = json.loads((records / "demo.json").read_text())
     assert record["chapter"] == "demo" and record["all_hold"] is True and record["seed"] == 3
@@ -89,8 +105,16 @@ def test_claims_that_hold_pass_and_are_recorded_with_status_margin_and_seed(reco
 def test_a_failing_claim_raises_naming_it_and_is_still_recorded(records):
     claims = Claims("demo")
     claims.add("holds", kind=pn.PAPER, status=pn.REPRODUCED, paper="x", ours="y", holds=True)
-    claims.add("GS beats REINFORCE", kind=pn.PAPER, paper="101.5 vs 110.6", ours="23 vs 21",
-               measured=23, op="<", bound=21, status=pn.ANALOG)  # fmt: skip
+    claims.add(
+        "GS beats REINFORCE",
+        kind=pn.PAPER,
+        paper="101.5 vs 110.6",
+        ours="23 vs 21",
+        measured=23,
+        op="<",
+        bound=21,
+        status=pn.ANALOG,
+    )
     with pytest.raises(ClaimsFailed, match=r"1 claim\(s\) of 'demo' do not hold: 'GS beats"):
         claims.check()
     assert issubclass(ClaimsFailed, AssertionError)
@@ -165,8 +189,16 @@ def test_another_machine_compares_the_verdicts_and_not_the_measurements():
 
     def shown(measured, status=pn.ANALOG, bound=0.7):
         claims = Claims("demo")
-        claims.add("the claim", kind=pn.PAPER, paper="paper's 0.9", ours=f"{measured:.3f}",
-                   status=status, measured=measured, op=">=", bound=bound)  # fmt: skip
+        claims.add(
+            "the claim",
+            kind=pn.PAPER,
+            paper="paper's 0.9",
+            ours=f"{measured:.3f}",
+            status=status,
+            measured=measured,
+            op=">=",
+            bound=bound,
+        )
         claims.add(
             "yes or no", kind=pn.PAPER, status=pn.REPRODUCED, paper="p", ours="o", holds=True
         )
@@ -216,8 +248,13 @@ def test_a_result_not_run_says_why_and_never_fails(records):
     claims = Claims("demo")
     with pytest.raises(ValueError, match="not run has no measurement"):
         claims.add("x", kind=pn.PAPER, status=pn.NOT_RUN, paper="p", ours="o", holds=False)
-    row = claims.add("cart-pole", kind=pn.PAPER, status=pn.NOT_RUN, paper="Table 1",
-                     ours="not run: no policy is trained inside the model here")  # fmt: skip
+    row = claims.add(
+        "cart-pole",
+        kind=pn.PAPER,
+        status=pn.NOT_RUN,
+        paper="Table 1",
+        ours="not run: no policy is trained inside the model here",
+    )
     claims.add("a", kind=pn.PAPER, status=pn.ANALOG, paper="p", ours="o", holds=True)
     assert (row.holds, row.must_hold, row.verdict(), row.condition()) == (
         None,
@@ -228,4 +265,6 @@ def test_a_result_not_run_says_why_and_never_fails(records):
     claims.check()
     saved = json.loads((records / "demo.json").read_text())["claims"]
     assert [(c["kind"], c["status"], c["must_hold"]) for c in saved] == [
-        ("paper", "not run", False), ("paper", "analog", True)]  # fmt: skip
+        ("paper", "not run", False),
+        ("paper", "analog", True),
+    ]

@@ -119,8 +119,9 @@ def test_tracking_carries_its_parameters_and_no_adaptation_keeps_them():
     learner, chains = learner64(), chains64()
     still = ca.run_chains(learner, chains, adaptation="none")
     assert torch.equal(still.weights[:, 0], still.weights[:, -1])
-    tracked = ca.run_chains(learner, chains, adaptation="tracking", tracking_lr=0.1,
-                            tracking_steps=1)  # fmt: skip
+    tracked = ca.run_chains(
+        learner, chains, adaptation="tracking", tracking_lr=0.1, tracking_steps=1
+    )
     W, b = learner.W.detach().expand(3, -1, -1), learner.b.detach().expand(3, -1)
     for i in range(1, 4):  # one plain step per episode, from where the last episode left off
         W, b = W.clone().requires_grad_(True), b.clone().requires_grad_(True)

@@ -20,8 +20,10 @@ def test_split_sizes_shapes_and_range():
 def test_split_is_fixed_and_stratified():
     a, b = pn.load_digits_split(), pn.load_digits_split()
     assert torch.equal(a.train_x, b.train_x) and torch.equal(a.test_y, b.test_y)
-    counts = {name: torch.bincount(getattr(a, f"{name}_y"), minlength=10) for name in
-              ("train", "val", "test")}  # fmt: skip
+    counts = {
+        name: torch.bincount(getattr(a, f"{name}_y"), minlength=10)
+        for name in ("train", "val", "test")
+    }
     all_counts = sum(counts.values())
     assert ((counts["test"] - 0.25 * all_counts).abs() <= 1).all()  # each class split 1:3
     assert ((counts["val"] - 0.2 * 0.75 * all_counts).abs() <= 1).all()  # and 1:4 of the rest
@@ -51,3 +53,16 @@ def test_minibatches_cover_each_epoch_once_with_equal_sizes():
 def test_minibatch_size_must_fit(batch_size):
     with pytest.raises(ValueError, match="batch_size"):
         next(pn.minibatches(10, batch_size))
+
+
+def test_the_standardizer_uses_training_statistics_and_spares_constant_features():
+    from papernotes.data import Standardizer
+
+    train = torch.tensor([[0.0, 5.0], [2.0, 5.0], [4.0, 5.0]])
+    scale = Standardizer.fit(train)
+    out = scale(torch.tensor([[2.0, 6.0]]))
+    assert torch.allclose(out, torch.tensor([[0.0, 1.0]]))  # the constant feature: scale 1
+    assert torch.allclose(scale(train).std(0)[0], torch.tensor(1.0))
+    assert Standardizer.fit(train, eps=1.0).std[0] == 3.0
+    with pytest.raises(ValueError, match="x"):
+        scale(torch.zeros(2, 3))

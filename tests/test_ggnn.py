@@ -116,8 +116,9 @@ def test_the_gru_update_uses_the_papers_gates():
 
 def test_permuting_the_nodes_permutes_the_states():
     model = make_ggnn().float()
-    annotation, edge_index, edge_type = (t.float() if t.is_floating_point() else t
-                                         for t in small_graph(seed=8, n=7, e=12))  # fmt: skip
+    annotation, edge_index, edge_type = (
+        t.float() if t.is_floating_point() else t for t in small_graph(seed=8, n=7, e=12)
+    )
     perm = torch.randperm(7, generator=gen(9))
     inverse = torch.argsort(perm)  # node v of the original graph is node inverse[v] of the new
     with torch.no_grad():
@@ -132,8 +133,11 @@ def test_graphs_batched_together_do_not_influence_one_another():
     other = small_graph(seed=12, n=4, e=6)
 
     def batched(a, b):
-        return (torch.cat([a[0], b[0]]), torch.cat([a[1], b[1] + a[0].shape[0]], dim=1),
-                torch.cat([a[2], b[2]]))  # fmt: skip
+        return (
+            torch.cat([a[0], b[0]]),
+            torch.cat([a[1], b[1] + a[0].shape[0]], dim=1),
+            torch.cat([a[2], b[2]]),
+        )
 
     with torch.no_grad():
         alone = model(*first)
@@ -297,5 +301,6 @@ def test_other_entry_points_reject_bad_arguments():
     with pytest.raises(ValueError, match="tokens"):
         ggnn.FactsLSTM(8, 4)(task.tokens[0])
     with pytest.raises(ValueError, match="batch"):
-        ggnn.GatedReadout(4, 2, 3)(randn(5, 4).float(), randn(5, 2).float(),
-                                   torch.zeros(4, dtype=torch.long), 1)  # fmt: skip
+        ggnn.GatedReadout(4, 2, 3)(
+            randn(5, 4).float(), randn(5, 2).float(), torch.zeros(4, dtype=torch.long), 1
+        )

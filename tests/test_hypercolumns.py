@@ -233,8 +233,13 @@ def test_clutter_is_a_bright_corner_shape_outside_the_mask():
     assert extra.any((1, 2)).float().mean() > 0.9  # nearly every window has its clutter
     # The clutter of a window lies in one quadrant only.
     quadrants = torch.stack(
-        [extra[:, r, c].any((1, 2)) for r in (slice(0, 12), slice(12, 24))
-         for c in (slice(0, 12), slice(12, 24))], dim=1)  # fmt: skip
+        [
+            extra[:, r, c].any((1, 2))
+            for r in (slice(0, 12), slice(12, 24))
+            for c in (slice(0, 12), slice(12, 24))
+        ],
+        dim=1,
+    )
     assert (quadrants.sum(1) <= 1).float().mean() > 0.95
     assert not plain.images[:, 0][~plain.masks.bool()].any()
 
@@ -297,8 +302,9 @@ def test_a_pixel_classifier_learns_a_separable_rule():
     assert accuracy > 0.98
     assert not history.diverged
     with pytest.raises(ValueError, match="sample.labels"):
-        hc.train_pixel_classifier(hc.PixelSample(features, labels[:10], positions, (10, 10)),
-                                  seed=0)  # fmt: skip
+        hc.train_pixel_classifier(
+            hc.PixelSample(features, labels[:10], positions, (10, 10)), seed=0
+        )
 
 
 # -- measuring a segmentation ---------------------------------------------------------------------

@@ -35,11 +35,17 @@ def lab(tmp_path_factory):
     shutil.copy(FIXTURE, folder / FIXTURE.name)
     port = free_port()
     command = [
-        str(Path(sys.executable).parent / "jupyter"), "lab", "--allow-root", "--no-browser",
-        f"--port={port}", "--ServerApp.ip=127.0.0.1", "--ServerApp.token=",
-        "--ServerApp.password=", f"--ServerApp.root_dir={folder}",
+        str(Path(sys.executable).parent / "jupyter"),
+        "lab",
+        "--allow-root",
+        "--no-browser",
+        f"--port={port}",
+        "--ServerApp.ip=127.0.0.1",
+        "--ServerApp.token=",
+        "--ServerApp.password=",
+        f"--ServerApp.root_dir={folder}",
         f"--LabApp.workspaces_dir={folder / 'workspaces'}",
-    ]  # fmt: skip
+    ]
     server = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     url = f"http://127.0.0.1:{port}"
     try:

@@ -62,10 +62,12 @@ def edit_a_checked_text_a_verdict_and_a_trained_number(nb, code):
     """Edit (1) the text of a tagged cell (the mechanism's source shown as markdown), (2) a
     verdict in the claims cell's text view, (3) a trained number printed by an untagged cell."""
     checked = next(
-        i for i, c in enumerate(code)
-        if tagged(c) and "claims.check()" not in c.source
+        i
+        for i, c in enumerate(code)
+        if tagged(c)
+        and "claims.check()" not in c.source
         and any("text/markdown" in o.get("data", {}) for o in c.outputs)
-    )  # fmt: skip
+    )
     for output in code[checked].outputs:
         if "text/markdown" in output.get("data", {}):
             shown = "".join(output.data["text/markdown"])

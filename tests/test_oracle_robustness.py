@@ -31,8 +31,9 @@ def digits_with_extra():
     codes = orc.label_codes(8, 10, gen(0))
     extra = orc.unnecessary_features(digits.train_y, codes, 0.9, gen(1))
     x = torch.cat([digits.train_x, extra], 1)
-    test_x = torch.cat([digits.test_x[:120], orc.unnecessary_features(
-        digits.test_y[:120], codes, 0.9, gen(2))], 1)  # fmt: skip
+    test_x = torch.cat(
+        [digits.test_x[:120], orc.unnecessary_features(digits.test_y[:120], codes, 0.9, gen(2))], 1
+    )
     ignored = torch.arange(72) >= 64
     all_features = orc.train_classifier(x, digits.train_y, n_classes=10, seed=0).model
     pixels = orc.train_classifier(x, digits.train_y, n_classes=10, seed=0, reads=~ignored).model
@@ -207,8 +208,13 @@ def test_the_siamese_penalty_is_the_mean_squared_distance_of_representations():
     torch.manual_seed(1)
     model = orc.Classifier(5, 3, hidden=4)
     x, twin = randn(7, 5, seed=10).float(), randn(7, 5, seed=11).float()
-    by_hand = sum(((model.features(x[i : i + 1]) - model.features(twin[i : i + 1])) ** 2).sum()
-                  for i in range(7)) / 7  # fmt: skip
+    by_hand = (
+        sum(
+            ((model.features(x[i : i + 1]) - model.features(twin[i : i + 1])) ** 2).sum()
+            for i in range(7)
+        )
+        / 7
+    )
     assert torch.allclose(orc.siamese_penalty(model, x, twin), by_hand)
     assert orc.siamese_penalty(model, x, x) == 0
 

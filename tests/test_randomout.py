@@ -36,8 +36,12 @@ def test_cgn_is_the_absolute_gradient_summed_per_output_filter():
     conv = conv_with_gradient(out=4, inp=3)
     grad = conv.weight.grad
     by_hand = torch.tensor(
-        [sum(abs(grad[k, c, i, j].item()) for c in range(3) for i in range(3) for j in range(3))
-         for k in range(4)], dtype=torch.float64)  # fmt: skip
+        [
+            sum(abs(grad[k, c, i, j].item()) for c in range(3) for i in range(3) for j in range(3))
+            for k in range(4)
+        ],
+        dtype=torch.float64,
+    )
     cgn = ro.conv_gradient_norm(conv)
     assert cgn.shape == (4,)
     assert torch.allclose(cgn, by_hand, rtol=1e-12)
@@ -262,12 +266,14 @@ def test_with_a_zero_threshold_randomout_changes_nothing():
 def test_train_lottery_rejects_bad_arguments():
     d = pn.load_digits_split()
     with pytest.raises(ValueError, match="train_x must have shape"):
-        ro.train_lottery(d.train_x.reshape(-1, 8, 8), d.train_y, d.val_x, d.val_y, seeds=[0],
-                         randomout=True)  # fmt: skip
+        ro.train_lottery(
+            d.train_x.reshape(-1, 8, 8), d.train_y, d.val_x, d.val_y, seeds=[0], randomout=True
+        )
     with pytest.raises(ValueError, match="seeds must be one or more different integers"):
         ro.train_lottery(d.train_x, d.train_y, d.val_x, d.val_y, seeds=[1, 1], randomout=True)
     with pytest.raises(TypeError, match="randomout must be True or False"):
         ro.train_lottery(d.train_x, d.train_y, d.val_x, d.val_y, seeds=[0], randomout=1)
     with pytest.raises(ValueError, match="threshold must be a finite number"):
-        ro.train_lottery(d.train_x, d.train_y, d.val_x, d.val_y, seeds=[0], randomout=True,
-                         threshold=-1.0)  # fmt: skip
+        ro.train_lottery(
+            d.train_x, d.train_y, d.val_x, d.val_y, seeds=[0], randomout=True, threshold=-1.0
+        )

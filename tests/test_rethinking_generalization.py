@@ -117,8 +117,16 @@ def small_digits(n=60, m=30, d=16, classes=4, seed=14):
 
 def test_a_randomized_set_is_drawn_once_and_served_every_epoch():
     train_x, train_y, test_x, test_y = small_digits()
-    data = rg.RandomizedDigits(train_x, train_y, test_x, test_y, corruption=1.0,
-                               inputs="random_pixels", num_classes=4, seed=3)  # fmt: skip
+    data = rg.RandomizedDigits(
+        train_x,
+        train_y,
+        test_x,
+        test_y,
+        corruption=1.0,
+        inputs="random_pixels",
+        num_classes=4,
+        seed=3,
+    )
     first, second = data.epoch(), data.epoch()
     assert torch.equal(first[0], second[0]) and torch.equal(first[1], second[1])
     assert torch.equal(data.test_y, test_y)  # test labels stay true
@@ -127,8 +135,9 @@ def test_a_randomized_set_is_drawn_once_and_served_every_epoch():
 
 def test_shuffled_pixels_use_the_same_permutation_on_the_test_images():
     train_x, train_y, test_x, test_y = small_digits()
-    data = rg.RandomizedDigits(train_x, train_y, test_x, test_y, inputs="shuffled_pixels",
-                               num_classes=4, seed=5)  # fmt: skip
+    data = rg.RandomizedDigits(
+        train_x, train_y, test_x, test_y, inputs="shuffled_pixels", num_classes=4, seed=5
+    )
     perm = [int((train_x[0] == v).nonzero()) for v in data.train_x[0]]
     assert torch.equal(data.train_x, train_x[:, perm])
     assert torch.equal(data.test_x, test_x[:, perm])

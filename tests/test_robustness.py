@@ -56,8 +56,11 @@ def test_every_mutant_is_caught_by_a_claim(path):
     assert len(defined) >= 2, f"tests/mutants/{path.stem}.py defines fewer than two mutants"
     results = {r["name"]: r for r in entry(path.stem, "mutants")["results"]}
     assert sorted(results) == sorted(defined), "mutants changed since `make mutants` ran"
-    escaped = [f"{name}: {r['outcome']} {r['error']}" for name, r in results.items()
-               if r["outcome"] != "caught"]  # fmt: skip
+    escaped = [
+        f"{name}: {r['outcome']} {r['error']}"
+        for name, r in results.items()
+        if r["outcome"] != "caught"
+    ]
     assert not escaped, f"{path.stem}: mutants no claim caught: {escaped}"
 
 

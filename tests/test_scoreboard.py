@@ -10,9 +10,17 @@ CHAPTERS = book.toc_chapters()
 
 
 def claim(statement, status="reproduced", holds=True, margin=0.5, thin=False, kind="paper"):
-    return {"statement": statement, "kind": kind, "status": status, "paper": "p | q", "ours": "o",
-            "holds": holds, "margin": margin, "thin": thin,
-            "must_hold": status not in ("not reproduced", "not run")}  # fmt: skip
+    return {
+        "statement": statement,
+        "kind": kind,
+        "status": status,
+        "paper": "p | q",
+        "ours": "o",
+        "holds": holds,
+        "margin": margin,
+        "thin": thin,
+        "must_hold": status not in ("not reproduced", "not run"),
+    }
 
 
 def write_records(folder, claims_by_chapter):
@@ -24,21 +32,49 @@ def write_records(folder, claims_by_chapter):
 
 def test_the_summary_counts_every_status_and_each_chapter_gets_a_table(tmp_path):
     first, *others = [p.stem for p in CHAPTERS]
-    write_records(tmp_path / "records", {
-        first: [claim("a"), claim("b", "analog", margin=0.05, thin=True),
-                claim("c", "not reproduced", holds=False, margin=-0.3)],
-        **{slug: [claim("x", margin=None)] for slug in others},
-    })  # fmt: skip
+    write_records(
+        tmp_path / "records",
+        {
+            first: [
+                claim("a"),
+                claim("b", "analog", margin=0.05, thin=True),
+                claim("c", "not reproduced", holds=False, margin=-0.3),
+            ],
+            **{slug: [claim("x", margin=None)] for slug in others},
+        },
+    )
     results = tmp_path / "robustness.json"
     current = robustness.content_hash(CHAPTERS[0])
-    results.write_text(json.dumps({"chapters": {first: {
-        "seeds": {"hash": current, "claims": [{"held": 5, "of": 5}, {"held": 4, "of": 5},
-                                              {"held": 0, "of": 5}]},
-        "mutants": {"hash": "old", "results": [
-            {"name": "m1", "breaks": "stats never updated", "outcome": "caught",
-             "failed_claims": ["b"]},
-            {"name": "m2", "breaks": "", "outcome": "survived"}]},
-    }}}))  # fmt: skip
+    results.write_text(
+        json.dumps(
+            {
+                "chapters": {
+                    first: {
+                        "seeds": {
+                            "hash": current,
+                            "claims": [
+                                {"held": 5, "of": 5},
+                                {"held": 4, "of": 5},
+                                {"held": 0, "of": 5},
+                            ],
+                        },
+                        "mutants": {
+                            "hash": "old",
+                            "results": [
+                                {
+                                    "name": "m1",
+                                    "breaks": "stats never updated",
+                                    "outcome": "caught",
+                                    "failed_claims": ["b"],
+                                },
+                                {"name": "m2", "breaks": "", "outcome": "survived"},
+                            ],
+                        },
+                    }
+                }
+            }
+        )
+    )
     page = scoreboard.markdown(tmp_path / "records", results)
     total = 3 + len(others)
     checked = 1 + len(others)
@@ -78,17 +114,33 @@ def test_a_failing_claim_and_a_missing_record_show(tmp_path):
 
 def test_kinds_are_counted_apart_and_margins_drawn(tmp_path):
     first = CHAPTERS[0].stem
-    write_records(tmp_path / "records", {first: [
-        claim("headline"), claim("control", status="check", kind="check", margin=0.2),
-        claim("cart-pole", status="not run", holds=None, margin=None)]})  # fmt: skip
+    write_records(
+        tmp_path / "records",
+        {
+            first: [
+                claim("headline"),
+                claim("control", status="check", kind="check", margin=0.2),
+                claim("cart-pole", status="not run", holds=None, margin=None),
+            ]
+        },
+    )
     results = tmp_path / "robustness.json"
     seeds = [
         {"held": 5, "of": 5, "margins": [0.0, 0.05, 0.3, 0.3, 1.5]},
         {"held": 5, "of": 5, "margins": [0.2] * 5},
         {"held": 0, "of": 5, "margins": [None] * 5},
     ]
-    results.write_text(json.dumps({"chapters": {first: {
-        "seeds": {"hash": robustness.content_hash(CHAPTERS[0]), "claims": seeds}}}}))  # fmt: skip
+    results.write_text(
+        json.dumps(
+            {
+                "chapters": {
+                    first: {
+                        "seeds": {"hash": robustness.content_hash(CHAPTERS[0]), "claims": seeds}
+                    }
+                }
+            }
+        )
+    )
     page = scoreboard.markdown(tmp_path / "records", results)
     assert (
         "1 claims of the papers: 1 reproduced, 0 reproduced as an analog, 0 not reproduced"

@@ -311,8 +311,20 @@ def test_standardize_centres_on_the_training_split():
 def test_train_classifier_learns_a_separable_problem():
     x = randn(256, 8, seed=2).float()
     y = (x[:, 0] > 0).long()
-    run = selu.train_classifier(x, y, x, y, snn=True, seed=0, depth=4, width=16, lr=0.1,
-                                steps=100, batch_size=32, eval_every=50)  # fmt: skip
+    run = selu.train_classifier(
+        x,
+        y,
+        x,
+        y,
+        snn=True,
+        seed=0,
+        depth=4,
+        width=16,
+        lr=0.1,
+        steps=100,
+        batch_size=32,
+        eval_every=50,
+    )
     assert run.history.steps == [50, 100]
     assert run.history.final("val_accuracy") > 0.9
 
@@ -320,5 +332,6 @@ def test_train_classifier_learns_a_separable_problem():
 def test_train_classifier_rejects_mismatched_labels():
     x = torch.zeros(10, 4)
     with pytest.raises(ValueError, match="train_y must have shape"):
-        selu.train_classifier(x, torch.zeros(9, dtype=torch.long), x, torch.zeros(10), snn=True,
-                              seed=0)  # fmt: skip
+        selu.train_classifier(
+            x, torch.zeros(9, dtype=torch.long), x, torch.zeros(10), snn=True, seed=0
+        )

@@ -6,8 +6,12 @@ import papernotes as pn
 
 
 def test_a_table_formats_numbers_once_for_both_views():
-    table = pn.Table(["model", "accuracy"], [["BN", 0.97654], ["no <BN>", None]],
-                     formats={"accuracy": ".3f"}, title="final")  # fmt: skip
+    table = pn.Table(
+        ["model", "accuracy"],
+        [["BN", 0.97654], ["no <BN>", None]],
+        formats={"accuracy": ".3f"},
+        title="final",
+    )
     text = repr(table)
     assert text.splitlines() == [
         "final",

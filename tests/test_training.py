@@ -26,9 +26,13 @@ def test_train_fits_and_logs_on_schedule_and_after_the_last_update():
     model, x, loss_of_update = regression()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.3)
     history = pn.train(
-        model, optimizer, loss_of_update, 25,
-        evaluate=lambda: {"slope": model.weight.item()}, eval_every=10,
-    )  # fmt: skip
+        model,
+        optimizer,
+        loss_of_update,
+        25,
+        evaluate=lambda: {"slope": model.weight.item()},
+        eval_every=10,
+    )
     assert history.steps == [10, 20, 25]
     assert history["loss"][0] > history["loss"][-1]
     assert abs(history.final("slope") - 3) < 0.05
@@ -49,12 +53,21 @@ def test_evaluation_runs_in_eval_mode_without_gradients_and_training_in_train_mo
         seen.append(("eval", model.training, torch.is_grad_enabled()))
         return {}
 
-    pn.train(model, torch.optim.SGD(model.parameters(), lr=0.1), loss_of_update, 3,
-             evaluate=evaluate, eval_every=2)  # fmt: skip
+    pn.train(
+        model,
+        torch.optim.SGD(model.parameters(), lr=0.1),
+        loss_of_update,
+        3,
+        evaluate=evaluate,
+        eval_every=2,
+    )
     assert seen == [
-        ("update", True), ("update", True), ("eval", False, False), ("update", True),
+        ("update", True),
+        ("update", True),
         ("eval", False, False),
-    ]  # fmt: skip
+        ("update", True),
+        ("eval", False, False),
+    ]
 
 
 def test_clipping_bounds_the_gradient_norm():
@@ -77,10 +90,13 @@ def test_a_diverged_run_stops_updating_and_keeps_its_schedule():
     model = nn.Linear(1, 1)
     before = model.weight.detach().clone()
     history = pn.train(
-        model, torch.optim.SGD(model.parameters(), lr=1.0),
-        lambda i: model(torch.ones(1, 1)).sum() * (math.inf if i >= 1 else 1.0), 6,
-        evaluate=lambda: {"w": model.weight.item()}, eval_every=2,
-    )  # fmt: skip
+        model,
+        torch.optim.SGD(model.parameters(), lr=1.0),
+        lambda i: model(torch.ones(1, 1)).sum() * (math.inf if i >= 1 else 1.0),
+        6,
+        evaluate=lambda: {"w": model.weight.item()},
+        eval_every=2,
+    )
     assert history.diverged and history.steps == [2, 4, 6]
     assert history["w"][0] == history["w"][-1] != before.item()  # one update, then none
 
@@ -103,8 +119,14 @@ def test_history_finds_the_first_step_reaching_a_level():
 def test_bad_schedules_are_rejected(steps, eval_every, clip):
     model, _, loss_of_update = regression()
     with pytest.raises(ValueError, match="steps|eval_every|clip"):
-        pn.train(model, torch.optim.SGD(model.parameters(), lr=0.1), loss_of_update, steps,
-                 eval_every=eval_every, clip=clip)  # fmt: skip
+        pn.train(
+            model,
+            torch.optim.SGD(model.parameters(), lr=0.1),
+            loss_of_update,
+            steps,
+            eval_every=eval_every,
+            clip=clip,
+        )
 
 
 def test_evaluating_restores_the_mode_even_when_the_block_raises():
@@ -165,3 +187,71 @@ def test_accuracy_counts_argmax_hits():
 def test_accuracy_checks_shapes():
     with pytest.raises(ValueError, match=r"labels must have shape \(N,\) with N = 4; got \(3,\)"):
         pn.accuracy(torch.zeros(4, 2), torch.zeros(3, dtype=torch.long))
+
+
+def test_train_classifier_fits_a_separable_problem_and_adds_the_extra_loss():
+    from papernotes.data import minibatches
+    from papernotes.training import accuracy_of, generator, seeded, train_classifier
+
+    x = torch.randn(200, 2, generator=torch.Generator().manual_seed(0))
+    y = (x[:, 0] > 0).long()
+    with seeded(0):
+        model = torch.nn.Linear(2, 2)
+    history = train_classifier(
+        model,
+        y,
+        torch.optim.Adam(model.parameters(), lr=0.1),
+        100,
+        batches=minibatches(200, 50, generator(0, 1)),
+        logits_of=lambda index: model(x[index]),
+        evaluate=lambda: {"acc": accuracy_of(model, x, y)},
+    )
+    assert history.final("acc") > 0.95
+    # a penalty that dominates: the weights are driven to zero instead of separating the classes
+    with seeded(0):
+        penalised = torch.nn.Linear(2, 2)
+    train_classifier(
+        penalised,
+        y,
+        torch.optim.Adam(penalised.parameters(), lr=0.1),
+        100,
+        batches=minibatches(200, 50, generator(0, 1)),
+        logits_of=lambda index: penalised(x[index]),
+        extra_loss=lambda index: 100 * penalised.weight.pow(2).sum(),
+    )
+    assert penalised.weight.abs().max() < 0.05 < model.weight.abs().max()
+
+
+def test_accuracy_of_measures_in_eval_mode_and_keeps_the_mode():
+    from papernotes.training import accuracy_of
+
+    model = torch.nn.Sequential(torch.nn.Dropout(0.99), torch.nn.Identity())
+    x = torch.eye(3) * 10
+    y = torch.arange(3)
+    assert accuracy_of(model, x, y) == 1.0  # dropout would zero most logits in train mode
+    assert model.training
+
+
+def test_mlp_layers_in_order_and_init_layer_by_layer():
+    from papernotes.training import mlp, seeded
+
+    calls = []
+    net = mlp([4, 8, 8, 3], torch.nn.Tanh, init=lambda linear, out: calls.append(out))
+    kinds = [type(m).__name__ for m in net]
+    assert kinds == ["Linear", "Tanh", "Linear", "Tanh", "Linear"]
+    assert calls == [False, False, True]
+
+    # init right after each layer: the same draws as making and re-initialising them one by one
+    def lecun(linear, _):
+        torch.nn.init.normal_(linear.weight, std=linear.in_features**-0.5)
+
+    with seeded(1):
+        a = mlp([4, 8, 3], init=lecun)
+    with seeded(1):
+        first = torch.nn.Linear(4, 8)
+        lecun(first, False)
+        second = torch.nn.Linear(8, 3)
+        lecun(second, True)
+    assert torch.equal(a[0].weight, first.weight) and torch.equal(a[2].weight, second.weight)
+    with pytest.raises(ValueError, match="widths"):
+        mlp([4])

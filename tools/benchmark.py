@@ -52,8 +52,10 @@ def time_chapter(path: Path) -> dict:
 def measure_in_own_process(path: Path) -> dict:
     result = subprocess.run(
         [sys.executable, __file__, "--one", str(path)],
-        capture_output=True, text=True, check=True,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 

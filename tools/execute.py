@@ -117,8 +117,11 @@ def main() -> int:
     cache = get_cache(CACHE)
     keys = json.loads(KEYS.read_text()) if KEYS.exists() else {}
     stale = stale_chapters(cache, chapters, keys)
-    print(f"{len(chapters) - len(stale)} of {len(chapters)} chapters unchanged since they ran; "
-          f"executing {len(stale)}", file=sys.stderr)  # fmt: skip
+    print(
+        f"{len(chapters) - len(stale)} of {len(chapters)} chapters unchanged since they ran; "
+        f"executing {len(stale)}",
+        file=sys.stderr,
+    )
     start, failed = time.perf_counter(), []
     for done, (path, result, failure) in enumerate(kernels.in_parallel(run, stale, WORKERS), 1):
         if failure is not None:

@@ -118,7 +118,7 @@ def summarize_seeds(runs: list[dict]) -> dict:
                         "held": 0,
                         "worst_margin": None,
                         "margins": [],
-                    }  # fmt: skip
+                    }
                 )
             entry = claims[i]
             entry["held"] += bool(claim["holds"])

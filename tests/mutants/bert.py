@@ -32,10 +32,12 @@ def loss_on_every_position():
     """The labels hold every real token, not only the selected ones (no -100 elsewhere)."""
     original = m.mask_tokens
 
-    def mask_tokens(tokens, mask_id, vocab_size, mask_prob=0.15, generator=None, special_ids=(),
-                    **fractions):  # fmt: skip
-        inputs, _ = original(tokens, mask_id, vocab_size, mask_prob, generator, special_ids,
-                             **fractions)  # fmt: skip
+    def mask_tokens(
+        tokens, mask_id, vocab_size, mask_prob=0.15, generator=None, special_ids=(), **fractions
+    ):
+        inputs, _ = original(
+            tokens, mask_id, vocab_size, mask_prob, generator, special_ids, **fractions
+        )
         return inputs, tokens.masked_fill(tokens == m.PAD, m.IGNORE)
 
     m.mask_tokens = mask_tokens
@@ -45,8 +47,14 @@ def random_tokens_only():
     """Every selected position gets a random token: the 80/10/10 mix becomes 0/100/0."""
     original = m.choose_masking
 
-    def choose_masking(tokens, mask_prob=0.15, generator=None, special_ids=(),
-                       mask_fraction=0.8, random_fraction=0.1):  # fmt: skip
+    def choose_masking(
+        tokens,
+        mask_prob=0.15,
+        generator=None,
+        special_ids=(),
+        mask_fraction=0.8,
+        random_fraction=0.1,
+    ):
         return original(tokens, mask_prob, generator, special_ids, 0.0, 1.0)
 
     m.choose_masking = choose_masking
