@@ -4,21 +4,21 @@
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-STAMP := $(VENV)/.installed
+INSTALLED := $(VENV)/.installed
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: book test check new venv chromium lab stamp refresh portable bench seeds mutants clean
+.PHONY: book test check new venv chromium lab links refresh portable bench seeds mutants clean
 
 ## book: set up .venv and build the HTML book into _build/html, executing the chapters whose
 ## code changed (two at a time, one per core) into the cache that the strict build then reads;
 ## `make clean book` starts from nothing
-book: $(STAMP)
+book: $(INSTALLED)
 	$(BIN)/python tools/execute.py
 	PAPERNOTES_QUIET=1 PAPERNOTES_EXECUTE=cache $(BIN)/jupyter-book build -W -n --keep-going -q .
 
 ## test: lint, unit tests and nbval over every chapter (each chapter executes once, on both
 ## cores), then the strict book build from the outputs nbval checked, and the browser checks
-test: $(STAMP) chromium
+test: $(INSTALLED) chromium
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	rm -rf _build/records
@@ -30,7 +30,7 @@ test: $(STAMP) chromium
 ## it, its seeds and mutants, then the strict build and the browser checks (the whole-book tests
 ## skip: the other chapters did not run)
 SLUGS := $(basename $(notdir $(CHAPTERS)))
-check: $(STAMP)
+check: $(INSTALLED)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 ifeq ($(strip $(CHAPTERS)),)
@@ -39,20 +39,20 @@ else
 	$(BIN)/python -m pytest $(foreach s,$(SLUGS),tests/test_$(s).py)
 	$(BIN)/python -m pytest tests/test_book.py -k "$(subst $(eval) , or ,$(SLUGS)) or not chapter"
 	$(BIN)/python -m pytest -n 2 --dist loadfile --nbval $(CHAPTERS)
-	$(BIN)/python tools/robustness.py seeds $(CHAPTERS)
-	$(BIN)/python tools/robustness.py mutants $(CHAPTERS)
-	$(BIN)/python -m pytest tests/test_robustness.py -k "$(subst $(eval) , or ,$(SLUGS))"
+	$(BIN)/python tools/seeds_and_mutants.py seeds $(CHAPTERS)
+	$(BIN)/python tools/seeds_and_mutants.py mutants $(CHAPTERS)
+	$(BIN)/python -m pytest tests/test_seeds_and_mutants.py -k "$(subst $(eval) , or ,$(SLUGS))"
 	$(BIN)/python -m pytest -m book
 endif
 
 ## new: lay out a chapter's four files and list it in the book (SLUG=layer_norm PART="...")
-new: $(STAMP)
+new: $(INSTALLED)
 	$(BIN)/python tools/new_chapter.py $(SLUG) $(if $(PART),--part "$(PART)")
 
 ## venv: only set up the environment
-venv: $(STAMP)
+venv: $(INSTALLED)
 
-$(STAMP): requirements.txt pyproject.toml
+$(INSTALLED): requirements.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -r requirements.txt
@@ -73,32 +73,32 @@ chromium:
 	fi
 
 ## lab: JupyterLab on the chapters, knobs live (as root too, as in containers)
-lab: $(STAMP)
+lab: $(INSTALLED)
 	$(BIN)/jupyter lab $(if $(filter 0,$(shell id -u)),--allow-root) chapters/
 
-## stamp: write the README's links and CITATION.cff from _config.yml's repository.url
-stamp: $(STAMP)
+## links: write the README's links and CITATION.cff from _config.yml's repository.url
+links: $(INSTALLED)
 	$(BIN)/python tools/book.py
 
 ## refresh: re-execute chapters and save their outputs (CHAPTERS="chapters/x.ipynb" for some)
-refresh: $(STAMP)
+refresh: $(INSTALLED)
 	$(BIN)/python tools/refresh.py $(CHAPTERS)
 
 ## portable: run chapters on another CPU's kernels and another seed; tag the cells that hold on
 ## any CPU nbval-check-output (what nbval compares on other machines)
-portable: $(STAMP)
+portable: $(INSTALLED)
 	$(BIN)/python tools/portable.py $(CHAPTERS)
 
 ## seeds: execute chapters under the held-out seeds 1000-1004; record per claim how many it holds on
-seeds: $(STAMP)
-	$(BIN)/python tools/robustness.py seeds $(CHAPTERS)
+seeds: $(INSTALLED)
+	$(BIN)/python tools/seeds_and_mutants.py seeds $(CHAPTERS)
 
 ## mutants: execute chapters with each broken mechanism of tests/mutants/; each must fail a claim
-mutants: $(STAMP)
-	$(BIN)/python tools/robustness.py mutants $(CHAPTERS)
+mutants: $(INSTALLED)
+	$(BIN)/python tools/seeds_and_mutants.py mutants $(CHAPTERS)
 
 ## bench: time each chapter cold, and the whole book
-bench: $(STAMP)
+bench: $(INSTALLED)
 	$(BIN)/python tools/benchmark.py
 
 clean:

@@ -32,16 +32,28 @@ def edit(path, old, new):
     path.write_text(text.replace(old, new, 1))
 
 
+def modules(root, slug):
+    paths = behaviour.dependencies(root / "chapters" / f"{slug}.ipynb", root)
+    return {behaviour._module_name(p, root) for p in paths}
+
+
+def module_file(root, name):
+    return behaviour.module_path(f"papernotes.{name}", root)
+
+
 def test_the_dependencies_follow_imports_through_modules(copy):
-    names = {p.name for p in behaviour.dependencies(copy / "chapters" / f"{SLUG}.ipynb", copy)}
-    assert {"recurrent_batch_norm.py", "batch_norm.py", "training.py", "__init__.py"} <= names
-    selu = {p.name for p in behaviour.dependencies(copy / "chapters" / "selu.ipynb", copy)}
-    assert "batch_norm.py" not in selu and "selu.py" in selu
+    names = modules(copy, SLUG)
+    assert {"papernotes", "papernotes.training", "papernotes.batch_norm"} <= names
+    assert {"papernotes.recurrent_batch_norm", "papernotes.recurrent_batch_norm.experiment"} <= (
+        names
+    )
+    selu = modules(copy, "selu")
+    assert "papernotes.batch_norm" not in selu and "papernotes.selu" in selu
 
 
 def test_a_docstring_or_comment_edit_leaves_the_results_fresh(copy):
     before = hash_of(copy)
-    module = copy / "papernotes" / "batch_norm.py"
+    module = module_file(copy, "batch_norm")
     text = module.read_text()
     first_docstring_line = text.split('"""')[1].splitlines()[0]
     edit(module, first_docstring_line, first_docstring_line + " Reworded.")
@@ -51,16 +63,19 @@ def test_a_docstring_or_comment_edit_leaves_the_results_fresh(copy):
 
 def test_a_code_edit_in_an_imported_module_makes_the_chapter_stale(copy):
     before, selu_before = hash_of(copy), hash_of(copy, "selu")
-    edit(copy / "papernotes" / "batch_norm.py", "import torch\n", "import torch\n\nEPS_ = 1\n")
+    edit(module_file(copy, "batch_norm"), "import torch\n", "import torch\n\nEPS_ = 1\n")
     assert hash_of(copy) != before
     assert hash_of(copy, "selu") == selu_before  # selu does not import batch_norm
 
 
-@pytest.mark.parametrize("where", ["training", "mutants", "chapter"])
+@pytest.mark.parametrize("where", ["training", "experiment", "mutants", "chapter"])
 def test_shared_code_mutants_and_code_cells_count_too(copy, where):
     before = hash_of(copy)
     if where == "training":
-        edit(copy / "papernotes" / "training.py", "import torch\n", "import torch\n\nX_ = 1\n")
+        edit(module_file(copy, "training"), "import torch\n", "import torch\n\nX_ = 1\n")
+    elif where == "experiment":
+        path = module_file(copy, f"{SLUG}.experiment")
+        path.write_text(path.read_text() + "\nX_ = 1\n")
     elif where == "mutants":
         path = copy / "tests" / "mutants" / f"{SLUG}.py"
         path.write_text(path.read_text() + "\nX_ = 1\n")

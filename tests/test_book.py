@@ -38,9 +38,18 @@ def test_every_toc_entry_exists():
 
 
 @pytest.mark.parametrize("path", CHAPTERS, ids=chapter_id)
-def test_each_chapter_has_a_module_and_a_test_file_named_alike(path):
-    assert (book.ROOT / "papernotes" / f"{path.stem}.py").is_file()
+def test_each_chapter_has_a_paper_folder_a_test_file_and_mutants_named_alike(path):
+    # Folders of papernotes/ are papers (mechanism and experiment); its files are shared.
+    assert (book.ROOT / "papernotes" / path.stem / "__init__.py").is_file()
+    assert (book.ROOT / "papernotes" / path.stem / "experiment.py").is_file()
+    assert not (book.ROOT / "papernotes" / f"{path.stem}.py").exists()
     assert (book.ROOT / "tests" / f"test_{path.stem}.py").is_file()
+    assert (book.ROOT / "tests" / "mutants" / f"{path.stem}.py").is_file()
+
+
+def test_the_shared_layer_is_files_and_every_folder_is_a_chapters_paper():
+    folders = {p.name for p in (book.ROOT / "papernotes").iterdir() if p.is_dir()}
+    assert folders - {"__pycache__"} == {p.stem for p in CHAPTERS}
 
 
 @pytest.mark.parametrize("path", CHAPTERS, ids=chapter_id)
@@ -242,8 +251,10 @@ def test_a_scaffolded_chapter_is_listed_and_caught_until_written(tmp_path):
         "chapters/layer_norm.ipynb",
         "chapters/world_models.ipynb",
         "intro.md",
-        "papernotes/layer_norm.py",
-        "papernotes/world_models.py",
+        "papernotes/layer_norm/__init__.py",
+        "papernotes/layer_norm/experiment.py",
+        "papernotes/world_models/__init__.py",
+        "papernotes/world_models/experiment.py",
         "tests/mutants/layer_norm.py",
         "tests/mutants/world_models.py",
         "tests/test_layer_norm.py",

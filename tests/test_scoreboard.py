@@ -3,8 +3,8 @@
 import json
 
 import book
-import robustness
 import scoreboard
+import seeds_and_mutants
 
 CHAPTERS = book.toc_chapters()
 
@@ -43,8 +43,8 @@ def test_the_summary_counts_every_status_and_each_chapter_gets_a_table(tmp_path)
             **{slug: [claim("x", margin=None)] for slug in others},
         },
     )
-    results = tmp_path / "robustness.json"
-    current = robustness.content_hash(CHAPTERS[0])
+    results = tmp_path / "seeds_and_mutants.json"
+    current = seeds_and_mutants.content_hash(CHAPTERS[0])
     results.write_text(
         json.dumps(
             {
@@ -124,7 +124,7 @@ def test_kinds_are_counted_apart_and_margins_drawn(tmp_path):
             ]
         },
     )
-    results = tmp_path / "robustness.json"
+    results = tmp_path / "seeds_and_mutants.json"
     seeds = [
         {"held": 5, "of": 5, "margins": [0.0, 0.05, 0.3, 0.3, 1.5]},
         {"held": 5, "of": 5, "margins": [0.2] * 5},
@@ -135,7 +135,10 @@ def test_kinds_are_counted_apart_and_margins_drawn(tmp_path):
             {
                 "chapters": {
                     first: {
-                        "seeds": {"hash": robustness.content_hash(CHAPTERS[0]), "claims": seeds}
+                        "seeds": {
+                            "hash": seeds_and_mutants.content_hash(CHAPTERS[0]),
+                            "claims": seeds,
+                        }
                     }
                 }
             }

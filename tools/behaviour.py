@@ -1,7 +1,8 @@
 """What a chapter's results depend on, hashed so that only a change in behaviour changes the hash.
 
-A chapter's seeds and mutants results (tests/robustness.json), its cached execution in the book
-build (tools/execute.py) and its committed outputs are stale exactly when one of these changed:
+A chapter's seeds and mutants results (tests/seeds_and_mutants.json), its cached execution in
+the book build (tools/execute.py) and its committed outputs are stale exactly when one of these
+changed:
 
 - its code cells;
 - the code of any `papernotes` module it imports, directly or through other modules (the

@@ -2,7 +2,7 @@
 and the setup cell that opens every chapter.
 
 The setup cell is the same in every chapter and is written from one template here, with the
-repository URL read from _config.yml (the one place that names it). tools/refresh.py stamps it
+repository URL read from _config.yml (the one place that names it). tools/refresh.py writes it
 into each chapter; tests/test_book.py checks that every chapter carries it unchanged.
 """
 
@@ -61,7 +61,7 @@ def chapter_files(root: Path = ROOT) -> list[Path]:
 # -- what names the repository besides _config.yml: generated from it -----------------------------
 
 README_BLOCK = (
-    "<!-- repository links: written by `make stamp` from _config.yml -->",
+    "<!-- repository links: written by `make links` from _config.yml -->",
     "<!-- end -->",
 )
 
@@ -74,7 +74,7 @@ README_LINKS = """\
 **Code:** {url}"""
 
 CITATION = """\
-# Written by `make stamp` from _config.yml (the repository's address lives there).
+# Written by `make links` from _config.yml (the repository's address lives there).
 cff-version: 1.2.0
 message: "If you use this book or its code, please cite it as below."
 type: software
@@ -112,7 +112,7 @@ def citation(root: Path = ROOT) -> str:
     return CITATION.format(**repository_parts(root))
 
 
-def stamp(root: Path = ROOT) -> None:
+def write_links(root: Path = ROOT) -> None:
     """Write the README's links block and CITATION.cff from _config.yml's repository.url."""
     readme = (root / "README.md").read_text()
     start, end = README_BLOCK
@@ -123,4 +123,4 @@ def stamp(root: Path = ROOT) -> None:
 
 
 if __name__ == "__main__":
-    stamp()
+    write_links()

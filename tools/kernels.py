@@ -1,6 +1,6 @@
 """Running chapters in Jupyter kernels: one way to start a kernel, one way to execute a chapter.
 
-Every tool that executes chapters (refresh, robustness, benchmark, execute) calls `execute()`
+Every tool that executes chapters (refresh, seeds_and_mutants, benchmark, execute) calls `execute()`
 here, and the test suite's nbval uses the same kernel manager (see the repository's conftest.py).
 
 **Kernels start over IPC, not TCP.** jupyter_client picks a kernel's five TCP ports by binding

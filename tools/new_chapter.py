@@ -1,11 +1,12 @@
-"""Lay out a new chapter: its four files, with the anatomy's headings, and its place in the book.
+"""Lay out a new chapter: its files, with the anatomy's headings, and its place in the book.
 
     make new SLUG=layer_norm PART="Normalization and initialization"
     .venv/bin/python tools/new_chapter.py layer_norm --part "Normalization and initialization"
 
 Writes `chapters/<slug>.ipynb` (title, the setup cell, every section of the anatomy, a claims
-cell and a knob cell to fill), `papernotes/<slug>.py`, `tests/test_<slug>.py` and
-`tests/mutants/<slug>.py`, and lists the chapter in `_toc.yml` and `intro.md` under its part (a
+cell and a knob cell to fill), the paper's folder `papernotes/<slug>/` (`__init__.py` for the
+mechanism, `experiment.py` for the chapter's data, runs and measurements), `tests/test_<slug>.py`
+and `tests/mutants/<slug>.py`, and lists the chapter in `_toc.yml` and `intro.md` under its part (a
 new part if none has that caption). Every placeholder carries the marker below, and
 tests/test_book.py fails any file that still holds it: a scaffold never passes the tests until
 it has been written. CONTRIBUTING.md walks from here to a finished chapter.
@@ -66,12 +67,23 @@ def chapter_notebook(slug: str) -> nbformat.NotebookNode:
 
 
 def module_text(slug: str) -> str:
-    return f'''"""{MARKER}: the paper's mechanism, read top to bottom like the paper.
+    return f'''"""{MARKER}: the paper's mechanism alone, read top to bottom like the paper.
 
-Each equation goes in a comment right above the lines that compute it; the chapter
-(chapters/{slug}.ipynb) derives it. Public entry points check their arguments with
-papernotes.checks; the math below them trusts its input.
+Say here what the paper does; the chapter (chapters/{slug}.ipynb, "The idea") derives it. Each
+equation goes in a comment right above the lines that compute it. Public entry points check
+their arguments with papernotes.checks over an unchecked core; the math trusts its input.
 """
+'''
+
+
+def experiment_text(slug: str) -> str:
+    return f'''"""{MARKER}: the chapter's experiment: its data, training runs and measurements.
+
+The mechanism is imported as a module and looked up at call time (`{slug}.name(...)`), so that
+a mutant patched into papernotes.{slug} reaches the runs. Random streams are named once here.
+"""
+
+from papernotes import {slug}  # noqa: F401
 '''
 
 
@@ -145,7 +157,8 @@ def scaffold(slug: str, part: str, root: Path = book.ROOT) -> list[Path]:
         raise SystemExit(f"SLUG must be a lower-case Python name like layer_norm; got {slug!r}")
     files = {
         root / "chapters" / f"{slug}.ipynb": nbformat.writes(chapter_notebook(slug)) + "\n",
-        root / "papernotes" / f"{slug}.py": module_text(slug),
+        root / "papernotes" / slug / "__init__.py": module_text(slug),
+        root / "papernotes" / slug / "experiment.py": experiment_text(slug),
         root / "tests" / f"test_{slug}.py": test_text(slug),
         root / "tests" / "mutants" / f"{slug}.py": mutants_text(slug),
     }
@@ -153,6 +166,7 @@ def scaffold(slug: str, part: str, root: Path = book.ROOT) -> list[Path]:
     if existing:
         raise SystemExit(f"{slug} exists already: {', '.join(str(p) for p in existing)}")
     for path, text in files.items():
+        path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
     register_in_toc(root, slug, part)
     register_in_intro(root, slug, part)

@@ -28,7 +28,7 @@ import kernels
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 
 
-def stamp_setup_cell(nb) -> None:
+def write_setup_cell(nb) -> None:
     first_code = next(c for c in nb.cells if c.cell_type == "code")
     first_code.source = book.setup_cell_source()
 
@@ -54,7 +54,7 @@ def normalize(nb) -> None:
 
 def refresh(path: Path) -> float:
     nb = nbformat.read(path, as_version=4)
-    stamp_setup_cell(nb)
+    write_setup_cell(nb)
     seconds = kernels.execute(nb, path, record_dir=book.ROOT / "_build" / "records")
     normalize(nb)
     nb.metadata.setdefault(kernels.METADATA_KEY, {})["outputs_from"] = kernels.machine()

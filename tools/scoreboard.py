@@ -6,7 +6,7 @@ here while the book builds, from
 - the claim records of the execution that builds the book (_build/records/<slug>.json, written
   by each chapter's `claims.check()`: by nbval's kernels in the test command, by
   tools/execute.py in `make book`), and
-- the committed seeds-and-mutants results (tests/robustness.json, from `make seeds` and
+- the committed seeds-and-mutants results (tests/seeds_and_mutants.json, from `make seeds` and
   `make mutants`), marked stale where the chapter or its module changed since they ran.
 
 So the page cannot disagree with the chapters it summarises.
@@ -18,7 +18,7 @@ import json
 from pathlib import Path
 
 import book
-import robustness
+import seeds_and_mutants
 
 from papernotes.claims import CHECK, PAPER, STATUSES
 
@@ -34,7 +34,7 @@ def load_records(records: Path) -> dict[str, dict]:
     return found
 
 
-def markdown(records_dir: Path, results_path: Path = robustness.RESULTS) -> str:
+def markdown(records_dir: Path, results_path: Path = seeds_and_mutants.RESULTS) -> str:
     """The scoreboard's summary line and one table per chapter, as MyST markdown."""
     records = load_records(records_dir)
     results = json.loads(results_path.read_text())["chapters"] if results_path.exists() else {}
@@ -43,7 +43,7 @@ def markdown(records_dir: Path, results_path: Path = robustness.RESULTS) -> str:
     paper = [c for c in claims if c.get("kind", PAPER) == PAPER]
     checks = [c for c in claims if c.get("kind") == CHECK]
     count = {s: sum(c["status"] == s for c in paper) for s in STATUSES}
-    failing = sum(robustness.must_hold(c) and not c["holds"] for c in claims)
+    failing = sum(seeds_and_mutants.must_hold(c) and not c["holds"] for c in claims)
     weak_headlines = [
         p.stem
         for p in chapters
@@ -74,7 +74,7 @@ def chapter_section(path: Path, record: dict | None, result: dict) -> list[str]:
     lines = [f"## {chapter_title(path)}", "", f"{{doc}}`Read the chapter <chapters/{slug}>`", ""]
     if record is None:
         return [*lines, "No claim record: this chapter has not been executed in this build.", ""]
-    current = robustness.content_hash(path)
+    current = seeds_and_mutants.content_hash(path)
     seeds, mutants = result.get("seeds"), result.get("mutants")
     seeds_stale = seeds is not None and seeds["hash"] != current
     held = {i: c for i, c in enumerate(seeds["claims"])} if seeds else {}
@@ -97,7 +97,7 @@ def chapter_section(path: Path, record: dict | None, result: dict) -> list[str]:
         if claim.get("thin"):
             margin += " (thin)"
         status = claim["status"]
-        if not claim["holds"] and robustness.must_hold(claim):
+        if not claim["holds"] and seeds_and_mutants.must_hold(claim):
             status = f"**{status}, FAILS**"
         catches = ", ".join(catching(claim["statement"], mutants)) or "—"
         strip = strip_plot(held[i].get("margins", [])) if i in held else "—"
@@ -139,7 +139,8 @@ def headline(claims: list[dict]) -> dict | None:
     """The chapter's headline: its first claim of the paper that must hold (checks of the
     book's own aside; a result not reproduced or not run cannot vouch for the mechanism)."""
     return next(
-        (c for c in claims if c.get("kind", PAPER) == PAPER and robustness.must_hold(c)), None
+        (c for c in claims if c.get("kind", PAPER) == PAPER and seeds_and_mutants.must_hold(c)),
+        None,
     )
 
 

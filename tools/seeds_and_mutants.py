@@ -1,7 +1,8 @@
-"""Do the chapters' claims hold up? Seeds and broken mechanisms, recorded in tests/robustness.json.
+"""Do the chapters' claims hold up? Seeds and broken mechanisms, recorded in
+tests/seeds_and_mutants.json.
 
-    .venv/bin/python tools/robustness.py seeds   [chapters/x.ipynb ...]   # make seeds
-    .venv/bin/python tools/robustness.py mutants [chapters/x.ipynb ...]   # make mutants
+    .venv/bin/python tools/seeds_and_mutants.py seeds   [chapters/x.ipynb ...]   # make seeds
+    .venv/bin/python tools/seeds_and_mutants.py mutants [chapters/x.ipynb ...]   # make mutants
 
 `seeds` executes each chapter under five held-out seeds (SEEDS: no design choice used them; the
 committed run is seed 0) and records, per claim, on how many of the five it held, its margin on
@@ -18,8 +19,8 @@ Every mutant must be caught.
 Both execute a chapter only up to its claim check (the knob panels after it are not needed), two
 kernels at a time (one per core, each single-threaded). The results of each chapter are stored
 with a hash of what they depend on (tools/behaviour.py: the chapter's code cells, the code of
-every module it imports, its mutants), so tests/test_robustness.py can tell a stale result from
-a current one.
+every module it imports, its mutants), so tests/test_seeds_and_mutants.py can tell a stale result
+from a current one.
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ import behaviour
 import book
 import kernels
 
-RESULTS = book.ROOT / "tests" / "robustness.json"
+RESULTS = book.ROOT / "tests" / "seeds_and_mutants.json"
 MUTANTS_DIR = book.ROOT / "tests" / "mutants"
 # Held out: every design choice of every chapter was made under seed 0 (the committed run) and
 # seeds 0-4 (earlier checks), so these five are seeds the design never saw.

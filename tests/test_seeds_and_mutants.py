@@ -1,4 +1,4 @@
-"""The committed seeds-and-mutants results (tests/robustness.json) are current and good.
+"""The committed seeds-and-mutants results (tests/seeds_and_mutants.json) are current and good.
 
 `make seeds` and `make mutants` write the file; these tests read it. A chapter or module changed
 since its last run has a different content hash: rerun the two commands for it.
@@ -8,7 +8,7 @@ import json
 
 import pytest
 from book import toc_chapters
-from robustness import MIN_SEEDS_HELD, RESULTS, SEEDS, content_hash, must_hold, mutants_of
+from seeds_and_mutants import MIN_SEEDS_HELD, RESULTS, SEEDS, content_hash, must_hold, mutants_of
 
 CHAPTERS = toc_chapters()
 RESULTS_BY_CHAPTER = json.loads(RESULTS.read_text())["chapters"] if RESULTS.exists() else {}
