@@ -13,9 +13,11 @@ Shared infrastructure (one module each, used by every chapter):
 - `claims`: a paper's claim beside our measurement, with a status and a margin, asserted and
   recorded
 
-Each paper has a module of its own named after its chapter (`papernotes.concrete`, ...), imported
-by that chapter and its tests, not here. A later paper imports an earlier paper's module rather
-than re-deriving its mechanism (the BN-LSTM normalises with `papernotes.batch_norm`).
+The folders are papers, the files the shared layer. Each paper has a folder named after its
+chapter: `papernotes.concrete` (its `__init__.py`) is the paper's mechanism alone, and
+`papernotes.concrete.experiment` the chapter's data, training runs and measurements. Both are
+imported by that chapter and its tests, not here. A later paper imports an earlier paper's
+mechanism rather than re-deriving it (the BN-LSTM normalises with `papernotes.batch_norm`).
 
 Conventions, for every module:
 
@@ -23,9 +25,13 @@ Conventions, for every module:
 - Model variants are chosen with keyword flags or small constructors (`batch_norm=True`,
   `LSTM(...)` vs `BNLSTM(...)`), never with strings holding spaces.
 - Arguments are checked where they enter: constructors, `train_*` functions and public samplers
-  call `papernotes.checks`; the math below them trusts its input.
+  call `papernotes.checks` and then an unchecked core; the math trusts its input.
+- Names are looked up at call time (`batch_norm.normalize(...)`, not a name imported from a
+  paper's module): the mutants of tests/mutants/ patch a module after import, and must reach
+  every run.
 - Every random choice of a run follows one seed: `training.seeded(seed)` around model
-  construction, `training.generator(seed, stream)` for batches, noise and generated data. A
+  construction, `training.generator(seed, STREAM)` for batches, noise and generated data, each
+  experiment naming its streams once at its top. A
   chapter passes `pn.chapter_seed()`, so `PAPERNOTES_SEED` changes every number it prints.
 - Everything runs on the CPU, one thread. The experiments are sized for it: at these sizes a GPU
   spends longer launching kernels than computing, and committed outputs, which nbval compares,
