@@ -9,6 +9,7 @@ import torch.nn.functional as F
 
 from conftest import gen
 from papernotes import concrete
+from papernotes.concrete import experiment
 
 LOGITS = torch.tensor([1.5, 0.2, -0.7, 0.0], dtype=torch.float64)
 LOGITS_3 = torch.log(torch.tensor([0.6, 0.3, 0.1], dtype=torch.float64))
@@ -30,20 +31,20 @@ def test_gumbel_max_frequencies_match_softmax():
     probs = torch.softmax(LOGITS, -1)
     # Within 4 standard errors per category, and the chi-square test does not reject.
     assert ((counts / n - probs).abs() <= 4 * (probs * (1 - probs) / n).sqrt()).all()
-    assert concrete.chi_square_p_value(counts, probs) > 1e-3
+    assert experiment.chi_square_p_value(counts, probs) > 1e-3
 
 
 def test_chi_square_rejects_the_wrong_distribution():
     n = 50_000
     uniform = concrete.gumbel_max_sample(torch.zeros(n, 4, dtype=torch.float64), gen(2)).sum(0)
-    assert concrete.chi_square_p_value(uniform, torch.softmax(LOGITS, -1)) < 1e-12
+    assert experiment.chi_square_p_value(uniform, torch.softmax(LOGITS, -1)) < 1e-12
 
 
 def test_chi_square_of_a_known_statistic():
     # counts (60, 40) against (0.5, 0.5): X^2 = 4 with 1 dof, p = 0.0455.
     counts, probs = torch.tensor([60.0, 40.0]), torch.tensor([0.5, 0.5])
-    assert concrete.chi_square_statistic(counts, probs) == pytest.approx(4.0)
-    assert concrete.chi_square_p_value(counts, probs) == pytest.approx(0.0455003, abs=1e-6)
+    assert experiment.chi_square_statistic(counts, probs) == pytest.approx(4.0)
+    assert experiment.chi_square_p_value(counts, probs) == pytest.approx(0.0455003, abs=1e-6)
 
 
 def test_gumbel_noise_is_standard_gumbel():
@@ -166,7 +167,7 @@ def test_density_does_not_depend_on_a_shift_of_the_logits():
 
 # -- gradient estimators --------------------------------------------------------------------------
 
-OBJECTIVE = concrete.quadratic_objective(torch.linspace(0, 1, 4, dtype=torch.float64))
+OBJECTIVE = experiment.quadratic_objective(torch.linspace(0, 1, 4, dtype=torch.float64))
 
 
 def test_exact_gradient_matches_autograd_of_the_expectation():
@@ -201,7 +202,7 @@ def test_leave_one_out_baseline_is_the_mean_of_the_other_draws():
 def test_leave_one_out_baseline_lowers_the_variance():
     exact = concrete.exact_gradient(LOGITS, OBJECTIVE)
     plain, loo = (
-        concrete.estimator_stats(
+        experiment.estimator_stats(
             concrete.score_function_gradients(
                 LOGITS, OBJECTIVE, 20_000, samples=4, leave_one_out=flag, generator=gen(17)
             ),
@@ -231,7 +232,7 @@ def test_relaxed_gradients_average_their_draws():
 def test_relaxed_gradient_bias_vanishes_as_temperature_falls():
     exact = concrete.exact_gradient(LOGITS, OBJECTIVE)
     stats = {
-        tau: concrete.estimator_stats(
+        tau: experiment.estimator_stats(
             concrete.relaxed_gradients(LOGITS, OBJECTIVE, 100_000, tau, generator=gen(20)), exact
         )
         for tau in (2.0, 0.5, 0.05)
@@ -242,7 +243,7 @@ def test_relaxed_gradient_bias_vanishes_as_temperature_falls():
 
 def test_estimator_stats_of_a_constant_estimate():
     exact = torch.tensor([1.0, 0.0], dtype=torch.float64)
-    stats = concrete.estimator_stats(
+    stats = experiment.estimator_stats(
         torch.tensor([[4.0, 4.0], [4.0, 4.0]], dtype=torch.float64), exact
     )
     assert stats.bias == pytest.approx(5.0)
@@ -251,8 +252,8 @@ def test_estimator_stats_of_a_constant_estimate():
 
 def test_crossing_interpolates_on_log_log_axes():
     # y = x^-2 crosses 4 at x = 0.5, between the grid points 0.25 and 1.
-    assert concrete.crossing([0.25, 1.0, 4.0], [16.0, 1.0, 1 / 16], 4.0) == pytest.approx(0.5)
-    assert concrete.crossing([0.25, 1.0], [16.0, 1.0], 100.0) is None
+    assert experiment.crossing([0.25, 1.0, 4.0], [16.0, 1.0, 1 / 16], 4.0) == pytest.approx(0.5)
+    assert experiment.crossing([0.25, 1.0], [16.0, 1.0], 100.0) is None
 
 
 # -- the categorical VAE --------------------------------------------------------------------------
@@ -260,7 +261,7 @@ def test_crossing_interpolates_on_log_log_axes():
 
 def tiny_vae(seed=0):
     torch.manual_seed(seed)
-    return concrete.CategoricalVAE(n_pixels=5, n_latents=2, n_categories=3, hidden=4)
+    return experiment.CategoricalVAE(n_pixels=5, n_latents=2, n_categories=3, hidden=4)
 
 
 def test_kl_to_uniform_is_zero_for_a_uniform_posterior_and_positive_otherwise():
@@ -270,11 +271,11 @@ def test_kl_to_uniform_is_zero_for_a_uniform_posterior_and_positive_otherwise():
     assert model.kl_to_uniform(peaked).item() == pytest.approx(math.log(3), abs=1e-3)
 
 
-@pytest.mark.parametrize("estimator", concrete.ESTIMATORS)
+@pytest.mark.parametrize("estimator", experiment.ESTIMATORS)
 def test_every_estimator_sends_gradients_to_encoder_and_decoder(estimator):
     model = tiny_vae()
     x = (torch.rand(8, 5, generator=gen(21)) > 0.5).float()
-    loss, nll = concrete.vae_loss(
+    loss, nll = experiment.vae_loss(
         model, x, estimator=estimator, temperature=1.0, baseline=1.0, generator=gen(22)
     )
     loss.backward()
@@ -286,7 +287,7 @@ def test_every_estimator_sends_gradients_to_encoder_and_decoder(estimator):
 def test_reinforce_surrogate_has_the_score_function_gradient():
     model = tiny_vae(1)
     x = torch.tensor([[1.0, 0.0, 1.0, 1.0, 0.0]])
-    loss, nll = concrete.vae_loss(
+    loss, nll = experiment.vae_loss(
         model, x, estimator="reinforce", temperature=1.0, baseline=0.5, generator=gen(23)
     )
     loss.backward()
@@ -327,14 +328,14 @@ def test_negative_elbo_is_an_upper_bound_on_the_exact_negative_log_likelihood():
     log_px, elbo = exact_log_likelihood_and_elbo(model, x)
     assert (elbo <= log_px + 1e-5).all()
     assert -elbo.mean().item() > -log_px.mean().item() + 1e-3  # an untrained q is not exact
-    estimate = concrete.negative_elbo(model, x, samples=4000, seed=0)
+    estimate = experiment.negative_elbo(model, x, samples=4000, seed=0)
     assert estimate == pytest.approx(-elbo.mean().item(), abs=0.02)
 
 
 def test_train_vae_returns_its_model_and_validation_history():
     x = (torch.rand(300, 16, generator=gen(25)) > 0.7).float()
-    untrained = concrete.negative_elbo(tiny_vae_like(x), x)
-    run = concrete.train_vae(
+    untrained = experiment.negative_elbo(tiny_vae_like(x), x)
+    run = experiment.train_vae(
         x, x, estimator="gumbel_softmax", seed=0, steps=200, batch_size=50, eval_every=100, lr=3e-3
     )
     assert run.history.steps == [100, 200]
@@ -345,15 +346,15 @@ def test_train_vae_returns_its_model_and_validation_history():
 def tiny_vae_like(x):
     with torch.random.fork_rng():
         torch.manual_seed(0)
-        return concrete.CategoricalVAE(n_pixels=x.shape[1])
+        return experiment.CategoricalVAE(n_pixels=x.shape[1])
 
 
-@pytest.mark.parametrize("estimator", concrete.ESTIMATORS)
+@pytest.mark.parametrize("estimator", experiment.ESTIMATORS)
 def test_train_vae_follows_its_seed(estimator):
     x = (torch.rand(200, 8, generator=gen(26)) > 0.6).float()
 
     def final(seed):
-        run = concrete.train_vae(
+        run = experiment.train_vae(
             x, x, estimator=estimator, seed=seed, steps=30, batch_size=20, eval_every=30
         )
         return run.history.final("val_neg_elbo")
@@ -363,9 +364,9 @@ def test_train_vae_follows_its_seed(estimator):
 
 
 def test_temperature_schedule_decays_to_its_floor():
-    assert concrete.temperature_schedule(0, 1e-3) == 1.0
-    assert concrete.temperature_schedule(100, 1e-3) == pytest.approx(math.exp(-0.1))
-    assert concrete.temperature_schedule(10_000, 1e-3) == 0.5
+    assert experiment.temperature_schedule(0, 1e-3) == 1.0
+    assert experiment.temperature_schedule(100, 1e-3) == pytest.approx(math.exp(-0.1))
+    assert experiment.temperature_schedule(10_000, 1e-3) == 0.5
 
 
 # -- bad input: one rejection per entry point -----------------------------------------------------
@@ -386,17 +387,17 @@ def test_temperature_schedule_decays_to_its_floor():
             ValueError,
         ),
         (lambda: concrete.relaxed_gradients(LOGITS, OBJECTIVE, 0, 1.0), ValueError),
-        (lambda: concrete.chi_square_p_value(torch.ones(3), torch.ones(4) / 4), ValueError),
-        (lambda: concrete.CategoricalVAE(n_categories=1), ValueError),
+        (lambda: experiment.chi_square_p_value(torch.ones(3), torch.ones(4) / 4), ValueError),
+        (lambda: experiment.CategoricalVAE(n_categories=1), ValueError),
         (
-            lambda: concrete.vae_loss(
+            lambda: experiment.vae_loss(
                 tiny_vae(), torch.zeros(2, 5), estimator="straight-through", temperature=1.0
             ),
             ValueError,
         ),
-        (lambda: concrete.negative_elbo(tiny_vae(), torch.zeros(2, 6)), ValueError),
+        (lambda: experiment.negative_elbo(tiny_vae(), torch.zeros(2, 6)), ValueError),
         (
-            lambda: concrete.train_vae(
+            lambda: experiment.train_vae(
                 torch.zeros(10, 5), torch.zeros(10, 4), estimator="reinforce", seed=0
             ),
             ValueError,
@@ -428,6 +429,8 @@ def test_error_messages_name_the_argument():
     with pytest.raises(ValueError, match="temperature"):
         concrete.concrete_sample(LOGITS, -1.0)
     with pytest.raises(ValueError, match="estimator must be one of"):
-        concrete.train_vae(torch.zeros(4, 2), torch.zeros(4, 2), estimator="gumbel softmax", seed=0)
+        experiment.train_vae(
+            torch.zeros(4, 2), torch.zeros(4, 2), estimator="gumbel softmax", seed=0
+        )
     with pytest.raises(ValueError, match="strictly inside"):
         concrete.concrete_log_density(torch.tensor([1.0, 0.0, 0.0, 0.0]).double(), LOGITS, 1.0)

@@ -1,8 +1,9 @@
 """Broken variants of the Concrete / Gumbel-softmax mechanism (papernotes.concrete).
 
-Each function patches the module in place; the chapter, run with the patch, must stop on its
-claim check. The module's own calls look these names up in its globals, so the samplers, the
-density, the estimator lab and the VAE all see the patch.
+Each function patches the mechanism's module in place; the chapter, run with the patch, must
+stop on its claim check. The mechanism's own calls look these names up in its globals, and
+`papernotes.concrete.experiment` calls them as `concrete.<name>` at call time, so the samplers,
+the density, the estimator lab and the VAE all see the patch.
 """
 
 import math

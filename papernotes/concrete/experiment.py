@@ -1,0 +1,263 @@
+"""The chapter's experiments on the Concrete distribution (chapters/concrete.ipynb).
+
+Goodness-of-fit of the samplers (Pearson's chi-square), the estimator lab's test objective and
+its bias / variance measurements, and the Gumbel-softmax paper's categorical VAE (its Table 1
+experiment, at digits scale) trained with the relaxed gradient, straight-through or REINFORCE.
+The mechanism itself is `papernotes.concrete`; this module calls it through the module, so
+that a patched mechanism (tests/mutants/concrete.py) reaches every experiment.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from papernotes import checks, concrete
+from papernotes.data import minibatches
+from papernotes.training import Run, generator, mlp, seeded, train
+
+# The random streams of a VAE run, each drawn from generator(seed, stream).
+BATCHES, NOISE, EVALUATION = 1, 2, 3
+
+# -- goodness of fit of the samplers -------------------------------------------------------------
+
+
+def chi_square_statistic(counts: torch.Tensor, probs: torch.Tensor) -> float:
+    """Pearson's X^2 of category counts (K,) against the probabilities (K,) they should have
+    been drawn with."""
+    k = checks.tensor("counts", counts, "(K,)")["K"]
+    checks.tensor("probs", probs, "(K,)", K=k)
+    counts, probs = counts.double(), probs.double()
+    # X^2 = sum_k (n_k - N p_k)^2 / (N p_k)
+    expected = counts.sum() * probs
+    return ((counts - expected) ** 2 / expected).sum().item()
+
+
+def chi_square_p_value(counts: torch.Tensor, probs: torch.Tensor) -> float:
+    """The probability that a chi-square law of K-1 degrees of freedom exceeds X^2."""
+    from scipy.stats import chi2  # scipy comes with scikit-learn
+
+    return float(chi2.sf(chi_square_statistic(counts, probs), len(counts) - 1))
+
+
+def chi_square_critical_value(k: int, level: float = 1e-3) -> float:
+    """The X^2 that a chi-square law of K-1 degrees of freedom exceeds with probability `level`:
+    a goodness-of-fit test at that false-alarm rate rejects above it."""
+    from scipy.stats import chi2
+
+    return float(chi2.isf(level, checks.integer("k", k, 2) - 1))
+
+
+# -- the estimator lab ---------------------------------------------------------------------------
+
+
+def quadratic_objective(weights: torch.Tensor, target: float = 0.5) -> concrete.Objective:
+    """f(z) = (w . z - target)^2: a function of a category whose exact gradient is easy."""
+    return lambda z: (z @ weights - target) ** 2
+
+
+@dataclass(frozen=True)
+class EstimatorStats:
+    """Bias = |mean estimate - exact gradient|; variance = trace of the estimates' covariance."""
+
+    bias: float
+    variance: float
+
+
+def estimator_stats(estimates: torch.Tensor, exact: torch.Tensor) -> EstimatorStats:
+    bias = (estimates.mean(0) - exact).norm().item()
+    variance = estimates.var(0).sum().item()
+    return EstimatorStats(bias=bias, variance=variance)
+
+
+def crossing(xs, ys, level: float) -> float | None:
+    """Where the curve (xs, ys) first crosses `level`, interpolated on log-log axes; None if it
+    never does. For the temperature below which a variance exceeds another estimator's."""
+    points = list(zip(xs, ys, strict=True))
+    for (x0, y0), (x1, y1) in zip(points, points[1:], strict=False):
+        if (y0 - level) * (y1 - level) <= 0 and y0 != y1:
+            t = (math.log(level) - math.log(y0)) / (math.log(y1) - math.log(y0))
+            return math.exp(math.log(x0) + t * (math.log(x1) - math.log(x0)))
+    return None
+
+
+# -- a categorical VAE -----------------------------------------------------------------------------
+
+
+class CategoricalVAE(nn.Module):
+    """x -> q(z|x), z = `n_latents` categorical variables of `n_categories` -> p(x|z) Bernoulli.
+
+    The paper's VAE has 20 variables of 10 categories on 784-pixel MNIST; ours has 8 of 10 on
+    the 64-pixel digits. The prior is uniform over each variable's categories.
+    """
+
+    def __init__(
+        self, n_pixels: int = 64, n_latents: int = 8, n_categories: int = 10, hidden: int = 128
+    ):
+        super().__init__()
+        for name, value in [("n_pixels", n_pixels), ("n_latents", n_latents), ("hidden", hidden)]:
+            checks.integer(name, value)
+        checks.integer("n_categories", n_categories, 2)
+        self.n_latents, self.n_categories = n_latents, n_categories
+        code = n_latents * n_categories
+        self.encoder = mlp([n_pixels, hidden, code])
+        self.decoder = mlp([code, hidden, n_pixels])
+
+    def posterior_logits(self, x: torch.Tensor) -> torch.Tensor:
+        """Logits of q(z|x), shape (B, n_latents, n_categories)."""
+        return self.encoder(x).view(-1, self.n_latents, self.n_categories)
+
+    def reconstruction_nll(self, x: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
+        """-log p(x|z) in nats per example, shape (B,); z is (B, n_latents, n_categories)."""
+        logits = self.decoder(z.flatten(1))
+        return F.binary_cross_entropy_with_logits(logits, x, reduction="none").sum(-1)
+
+    def kl_to_uniform(self, logits: torch.Tensor) -> torch.Tensor:
+        """KL(q(z|x) || uniform), summed over variables: (B,).
+
+        This is the Gumbel-softmax paper's convention (discrete KL), not the Concrete paper's
+        relaxed one; do not mix the two.
+        """
+        # KL = sum_k q_k (log q_k + log K)
+        log_q = torch.log_softmax(logits, dim=-1)
+        return (log_q.exp() * (log_q + math.log(self.n_categories))).sum((-1, -2))
+
+
+ESTIMATORS = ("gumbel_softmax", "straight_through", "reinforce")
+
+
+def vae_loss(
+    model: CategoricalVAE,
+    x: torch.Tensor,
+    *,
+    estimator: str,
+    temperature: float,
+    baseline: float | None = None,
+    generator: torch.Generator | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """A surrogate loss whose gradient is the estimator's, and -log p(x|z) per example.
+
+    - "gumbel_softmax": decode the relaxed sample y; gradients flow through y.
+    - "straight_through": decode the one-hot z; gradients flow through y.
+    - "reinforce": decode the one-hot z; the encoder gets (nll - baseline) * grad log q(z|x),
+      with the batch's mean nll as the baseline when none is given.
+    The KL term is analytic in every case.
+    """
+    checks.one_of("estimator", estimator, ESTIMATORS)
+    logits = model.posterior_logits(x)
+    kl = model.kl_to_uniform(logits)
+    if estimator == "reinforce":
+        z = concrete.gumbel_max(logits.detach(), generator)
+        nll = model.reconstruction_nll(x, z)
+        if baseline is None:
+            baseline = nll.detach().mean()
+        log_q = (torch.log_softmax(logits, dim=-1) * z).sum((-1, -2))
+        # gradient nll'(z) + (nll - b) grad log q(z|x) + grad KL
+        surrogate = nll + (nll.detach() - baseline) * log_q + kl
+    else:
+        hard = estimator == "straight_through"
+        y = concrete.relax(logits, temperature, hard=hard, generator=generator)
+        nll = model.reconstruction_nll(x, y)
+        surrogate = nll + kl
+    return surrogate.mean(), nll.detach()
+
+
+def negative_elbo(
+    model: CategoricalVAE, x: torch.Tensor, *, samples: int = 10, seed: int = 0
+) -> float:
+    """Mean -ELBO in nats, with discrete z ~ q(z|x) (the relaxation is for training only); the
+    noise follows `seed`, the same at every call."""
+    checks.tensor("x", x, "(B, D)", D=model.decoder[-1].out_features)
+    noise = generator(seed, stream=EVALUATION)
+    with torch.no_grad():
+        logits = model.posterior_logits(x)
+        # -ELBO = E_q[-log p(x|z)] + KL(q || prior)
+        nll = torch.stack(
+            [
+                model.reconstruction_nll(x, concrete.gumbel_max(logits, noise))
+                for _ in range(samples)
+            ]
+        )
+        return (nll.mean(0) + model.kl_to_uniform(logits)).mean().item()
+
+
+def temperature_schedule(step: int, rate: float, floor: float = 0.5) -> float:
+    """The Gumbel-softmax paper's annealing."""
+    # tau = max(floor, exp(-rate * step))
+    return max(floor, math.exp(-rate * step))
+
+
+@dataclass
+class VAERun(Run):
+    """A trained CategoricalVAE and the History of its validation -ELBO ("val_neg_elbo")."""
+
+    model: CategoricalVAE
+
+
+def train_vae(
+    train_x: torch.Tensor,
+    val_x: torch.Tensor,
+    *,
+    estimator: str,
+    seed: int,
+    steps: int = 2000,
+    batch_size: int = 100,
+    lr: float = 1e-3,
+    anneal_rate: float = 3e-4,
+    baseline_decay: float = 0.99,
+    eval_every: int = 250,
+) -> VAERun:
+    """Train a CategoricalVAE with one estimator ("gumbel_softmax", "straight_through" or
+    "reinforce"); its validation -ELBO is logged every `eval_every` updates.
+
+    `seed` fixes every random choice: the initial weights, the batches, the estimator's noise
+    and the evaluation's noise, each from its own stream.
+    """
+    checks.one_of("estimator", estimator, ESTIMATORS)
+    n_pixels = checks.tensor("train_x", train_x, "(N, D)", dtype="floating")["D"]
+    checks.tensor("val_x", val_x, "(M, D)", D=n_pixels, dtype="floating")
+    checks.integer("seed", seed, 0)
+    checks.number("lr", lr, 0.0, low_open=True)
+    checks.number("anneal_rate", anneal_rate, 0.0)
+    checks.number("baseline_decay", baseline_decay, 0.0, 1.0, high_open=True)
+    with seeded(seed):
+        model = CategoricalVAE(n_pixels=n_pixels)
+    optimizer = torch.optim.Adam(model.parameters(), lr=lr)
+    batches = minibatches(len(train_x), batch_size, generator(seed, stream=BATCHES))
+    noise = generator(seed, stream=NOISE)
+    # REINFORCE's control variate: a moving average of the reconstruction term, started at the
+    # first batch's mean (from zero it would take hundreds of updates to reach the nll's scale).
+    baseline = None
+
+    def loss_of_update(i: int) -> torch.Tensor:
+        nonlocal baseline
+        loss, nll = vae_loss(
+            model,
+            train_x[next(batches)],
+            estimator=estimator,
+            temperature=temperature_schedule(i, anneal_rate),
+            baseline=baseline,
+            generator=noise,
+        )
+        mean_nll = nll.mean().item()
+        baseline = (
+            mean_nll
+            if baseline is None
+            else (baseline_decay * baseline + (1 - baseline_decay) * mean_nll)
+        )
+        return loss
+
+    history = train(
+        model,
+        optimizer,
+        loss_of_update,
+        steps,
+        evaluate=lambda: {"val_neg_elbo": negative_elbo(model, val_x, seed=seed)},
+        eval_every=eval_every,
+        desc=estimator,
+    )
+    return VAERun(model, history)
