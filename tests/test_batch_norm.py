@@ -15,7 +15,7 @@ from torch import nn
 import papernotes as pn
 from conftest import gen, randn
 from papernotes import batch_norm as bn_module
-from papernotes.batch_norm import BatchNorm, Statistics, fold_into_linear
+from papernotes.batch_norm import BatchNorm, Statistics, experiment, fold_into_linear
 
 TOL = 1e-6
 
@@ -235,7 +235,7 @@ def test_batch_statistics_and_normalize_are_algorithm_1_on_2d_input():
 
 
 def test_the_mnist_network_has_the_papers_shape_and_bn_replaces_the_bias():
-    with_bn, without = bn_module.MNISTNet(batch_norm=True), bn_module.MNISTNet(batch_norm=False)
+    with_bn, without = experiment.MNISTNet(batch_norm=True), experiment.MNISTNet(batch_norm=False)
     for net in (with_bn, without):
         assert [(lin.in_features, lin.out_features) for lin in net.linears] == [
             (64, 100),
@@ -252,7 +252,7 @@ def test_networks_of_one_seed_start_from_the_same_weights_with_and_without_bn():
     nets = {}
     for use_bn in (True, False):
         with pn.seeded(3):
-            nets[use_bn] = bn_module.MNISTNet(batch_norm=use_bn, activation="relu")
+            nets[use_bn] = experiment.MNISTNet(batch_norm=use_bn, activation="relu")
     for a, b in zip(
         [*nets[True].linears, nets[True].readout],
         [*nets[False].linears, nets[False].readout],
@@ -260,13 +260,13 @@ def test_networks_of_one_seed_start_from_the_same_weights_with_and_without_bn():
     ):
         assert torch.equal(a.weight, b.weight)
     with pn.seeded(4):
-        other = bn_module.MNISTNet(batch_norm=True)
+        other = experiment.MNISTNet(batch_norm=True)
     assert not torch.equal(other.linears[0].weight, nets[True].linears[0].weight)
 
 
 def test_nonlinearity_inputs_are_bn_of_wu_and_feed_the_forward_pass():
     with pn.seeded(0):
-        net = bn_module.MNISTNet(batch_norm=True, activation="relu").double()
+        net = experiment.MNISTNet(batch_norm=True, activation="relu").double()
     x = randn(30, 64)
     inputs = net.nonlinearity_inputs(x)
     assert [tuple(t.shape) for t in inputs] == [(30, 100)] * 3
@@ -280,7 +280,7 @@ def test_nonlinearity_inputs_are_bn_of_wu_and_feed_the_forward_pass():
 
 def test_weights_start_as_small_gaussians_and_biases_at_zero():
     with pn.seeded(0):
-        net = bn_module.MNISTNet(batch_norm=False, hidden=400, init_std=0.1)
+        net = experiment.MNISTNet(batch_norm=False, hidden=400, init_std=0.1)
     weight = net.linears[1].weight
     assert weight.mean().item() == pytest.approx(0.0, abs=0.002)
     assert weight.std().item() == pytest.approx(0.1, rel=0.01)
@@ -289,7 +289,7 @@ def test_weights_start_as_small_gaussians_and_biases_at_zero():
 
 def test_percentile_band_is_the_15th_50th_and_85th_percentile_per_unit():
     inputs = torch.arange(101.0).unsqueeze(1) * torch.tensor([1.0, -2.0])  # (101, 2)
-    band = bn_module.percentile_band(inputs)
+    band = experiment.percentile_band(inputs)
     expected = torch.tensor([[15.0, -170.0], [50.0, -100.0], [85.0, -30.0]])
     assert torch.allclose(band, expected, atol=1e-4)
 
@@ -301,7 +301,7 @@ def digits():
 
 def test_training_is_deterministic_per_seed_and_records_history_and_bands(digits):
     runs = [
-        bn_module.train_mnist_net(digits, 1.0, batch_norm=True, seed=s, steps=60, eval_every=20)
+        experiment.train_mnist_net(digits, 1.0, batch_norm=True, seed=s, steps=60, eval_every=20)
         for s in (0, 0, 1)
     ]
     history = runs[0].history
@@ -317,23 +317,25 @@ def test_training_is_deterministic_per_seed_and_records_history_and_bands(digits
 
 
 def test_the_recorded_accuracy_and_band_are_the_eval_mode_networks(digits):
-    run = bn_module.train_mnist_net(digits, 1.0, batch_norm=True, seed=0, steps=30, eval_every=30)
+    run = experiment.train_mnist_net(digits, 1.0, batch_norm=True, seed=0, steps=30, eval_every=30)
     with pn.evaluating(run.model):
         inputs = run.model.nonlinearity_inputs(digits.test_x)
         accuracy = pn.accuracy(run.model.logits(inputs[-1]), digits.test_y)
         val_accuracy = pn.accuracy(run.model(digits.val_x), digits.val_y)
     assert run.history.final("test_accuracy") == accuracy
     assert run.history.final("val_accuracy") == val_accuracy
-    assert torch.equal(run.bands[-1], bn_module.percentile_band(inputs[-1]))
+    assert torch.equal(run.bands[-1], experiment.percentile_band(inputs[-1]))
 
 
 def test_a_bn_network_learns_the_digits(digits):
-    run = bn_module.train_mnist_net(digits, 3.0, batch_norm=True, seed=0, steps=200, eval_every=100)
+    run = experiment.train_mnist_net(
+        digits, 3.0, batch_norm=True, seed=0, steps=200, eval_every=100
+    )
     assert run.history.final("val_accuracy") > 0.85
 
 
 def test_a_diverging_run_is_flagged_and_stops(digits):
-    run = bn_module.train_mnist_net(
+    run = experiment.train_mnist_net(
         digits, 1e4, batch_norm=False, activation="relu", seed=0, steps=40, eval_every=20
     )
     assert run.history.diverged
@@ -352,12 +354,12 @@ def test_band_drift_is_the_mean_range_of_the_three_percentiles():
             [[1.0, 5.0], [2.0, 6.0], [6.0, 7.0]],
         ]
     )  # (evals, percentiles, units)
-    drift = bn_module.band_drift(band)
+    drift = experiment.band_drift(band)
     assert drift.tolist() == pytest.approx([(2.0 + 2.0 + 4.0) / 3, 0.0])
 
 
 def trained_bn_net(digits, steps=40):
-    return bn_module.train_mnist_net(
+    return experiment.train_mnist_net(
         digits, 1.0, batch_norm=True, seed=0, steps=steps, eval_every=steps
     ).model
 
@@ -384,10 +386,10 @@ def test_population_statistics_are_algorithm_2_over_one_epoch(digits):
 
 def test_normalisation_error_is_the_rms_error_in_x_hat():
     population = Statistics(torch.tensor([0.0, 1.0]), torch.tensor([4.0, 1.0]))
-    assert bn_module.normalisation_error(population, population, 0.0) == 0.0
+    assert experiment.normalisation_error(population, population, 0.0) == 0.0
     # Feature 0: mean off by one sigma_e (= 2), sigma right; feature 1: sigma_e = 2 sigma_p.
     estimate = Statistics(torch.tensor([-2.0, 1.0]), torch.tensor([4.0, 4.0]))
-    assert bn_module.normalisation_error(estimate, population, 0.0) == pytest.approx(
+    assert experiment.normalisation_error(estimate, population, 0.0) == pytest.approx(
         (1.0 + 0.5) / 2
     )
     # And it is the RMS difference of the two normalisations over samples of the population.
@@ -397,14 +399,14 @@ def test_normalisation_error_is_the_rms_error_in_x_hat():
     rms = (x_hat_e - z).square().mean().sqrt().item()
     one = Statistics(torch.tensor([2.0]), torch.tensor([6.25]))
     truth = Statistics(torch.tensor([3.0]), torch.tensor([4.0]))
-    assert bn_module.normalisation_error(one, truth, 0.0) == pytest.approx(rms, rel=0.01)
+    assert experiment.normalisation_error(one, truth, 0.0) == pytest.approx(rms, rel=0.01)
 
 
 def test_with_statistics_swaps_the_buffers_of_a_copy(digits):
     net = trained_bn_net(digits)
-    running = bn_module.running_statistics(net)
+    running = experiment.running_statistics(net)
     stats = [Statistics(torch.full((100,), 0.5), torch.full((100,), 2.0)) for _ in net.norms]
-    swapped = bn_module.with_statistics(net, stats)
+    swapped = experiment.with_statistics(net, stats)
     assert not swapped.training
     assert torch.equal(swapped.norms[1].running_var, torch.full((100,), 2.0))
     assert torch.equal(net.norms[1].running_var, running[1].variance)  # the original is untouched
@@ -465,19 +467,59 @@ def test_fold_into_linear_rejects_the_wrong_layers():
 
 def test_the_network_rejects_bad_settings():
     with pytest.raises(ValueError, match="activation"):
-        bn_module.MNISTNet(batch_norm=True, activation="tanh")
+        experiment.MNISTNet(batch_norm=True, activation="tanh")
     with pytest.raises(TypeError, match="batch_norm"):
-        bn_module.MNISTNet(batch_norm=1)
+        experiment.MNISTNet(batch_norm=1)
     with pytest.raises(ValueError, match="hidden"):
-        bn_module.MNISTNet(batch_norm=True, hidden=0)
+        experiment.MNISTNet(batch_norm=True, hidden=0)
 
 
 def test_train_mnist_net_rejects_bad_settings(digits):
     with pytest.raises(ValueError, match="lr"):
-        bn_module.train_mnist_net(digits, 0.0, batch_norm=True, seed=0)
+        experiment.train_mnist_net(digits, 0.0, batch_norm=True, seed=0)
     with pytest.raises(ValueError, match="eval_every"):
-        bn_module.train_mnist_net(digits, 1.0, batch_norm=True, seed=0, steps=10, eval_every=20)
+        experiment.train_mnist_net(digits, 1.0, batch_norm=True, seed=0, steps=10, eval_every=20)
     with pytest.raises(ValueError, match="seed"):
-        bn_module.train_mnist_net(digits, 1.0, batch_norm=True, seed=-1)
+        experiment.train_mnist_net(digits, 1.0, batch_norm=True, seed=-1)
     with pytest.raises(TypeError):
-        bn_module.train_mnist_net(digits, 1.0, batch_norm=True)  # the seed is the chapter's
+        experiment.train_mnist_net(digits, 1.0, batch_norm=True)  # the seed is the chapter's
+
+
+# -- the chapter's measurements -------------------------------------------------------------------
+
+
+def test_saturated_fraction_counts_units_whose_whole_band_is_beyond_five():
+    # Columns: saturated high, saturated low, straddling zero, reaching 5 but not beyond it.
+    band = torch.tensor([[6.0, -9.0, -1.0, 4.0], [7.0, -8.0, 0.0, 5.0], [8.0, -6.0, 1.0, 6.0]])
+    assert experiment.saturated_fraction(band) == pytest.approx(0.5)
+    assert experiment.saturated_fraction(torch.zeros(3, 4)) == 0.0
+
+
+def test_largest_affine_reads_the_last_bn_layer():
+    net = experiment.MNISTNet(batch_norm=True)
+    assert experiment.largest_affine(net) == 1.0  # gamma starts at 1, beta at 0
+    with torch.no_grad():
+        net.norms[-1].beta[3] = -7.0
+        net.norms[0].gamma[0] = 50.0  # not the last layer: not counted
+    assert experiment.largest_affine(net) == 7.0
+
+
+def test_predictions_in_batches_match_one_pass_in_eval_mode_and_not_in_train_mode():
+    with pn.seeded(0):
+        net = experiment.MNISTNet(batch_norm=True).double()
+    x = randn(40, 64)
+    net.train()
+    for _ in range(20):  # move the running statistics away from (0, 1)
+        net(randn(40, 64) + 1.0)
+    net.eval()
+    whole = experiment.predictions(net, x)
+    assert torch.equal(whole, net(x).argmax(-1))
+    assert torch.equal(experiment.predictions(net, x, 1), whole)
+    copy_in_train_mode = experiment.batch_statistics_model(net)
+    assert copy_in_train_mode.training and not net.training
+    assert copy_in_train_mode is not net
+    # Normalised with each batch's own statistics, the logits depend on the batch.
+    with torch.no_grad():
+        alone = torch.cat([copy_in_train_mode(x[i : i + 2]) for i in range(0, 40, 2)])
+        together = copy_in_train_mode(x)
+    assert not torch.allclose(alone, together)
