@@ -1,7 +1,9 @@
-"""Unit tests of papernotes.jsma: hand-made Jacobians and linear models whose attack can be
-followed by hand, torch's own Jacobian, and the attack's guarantees on a trained network."""
+"""Unit tests of papernotes.jsma and its experiment: hand-made Jacobians and linear models whose
+attack can be followed by hand, torch's own Jacobian, the attack's guarantees on a trained
+network, and the chapter's measurements on hand-made attacks."""
 
 import itertools
+import math
 
 import pytest
 import torch
@@ -10,6 +12,7 @@ from torch import nn
 from conftest import gen, randn
 from papernotes import jsma
 from papernotes.data import load_digits_split
+from papernotes.jsma import experiment
 
 
 def linear(weight, bias=None) -> nn.Linear:
@@ -26,7 +29,7 @@ def linear(weight, bias=None) -> nn.Linear:
 def trained():
     """A small MLP trained briefly on the digits, with 30 test digits and a target for each."""
     digits = load_digits_split()
-    model = jsma.train_classifier(digits, steps=300, seed=0).model
+    model = experiment.train_classifier(digits, steps=300, seed=0).model
     x = digits.test_x[:30]
     with torch.no_grad():
         source = model(x).argmax(1)
@@ -259,16 +262,102 @@ def test_robustness_is_the_smallest_mean_distance_over_targets():
 
 def test_the_classifier_learns_and_rejects_a_bad_learning_rate():
     digits = load_digits_split()
-    run = jsma.train_classifier(digits, steps=200, seed=1)
+    run = experiment.train_classifier(digits, steps=200, seed=1)
     assert run.history.final("val_accuracy") > 0.9
     with pytest.raises(ValueError, match="lr"):
-        jsma.train_classifier(digits, lr=0.0, seed=0)
+        experiment.train_classifier(digits, lr=0.0, seed=0)
 
 
 def test_the_cnn_takes_flat_digits_and_its_derivative_matches_torchs():
     torch.manual_seed(0)
-    model = jsma.CNN(channels=4, hidden=8).double().eval()
+    model = experiment.CNN(channels=4, hidden=8).double().eval()
     x = torch.rand(2, 64, generator=gen(3), dtype=torch.float64)
     jacobian = jsma.forward_derivative(model, x)
     assert jacobian.shape == (2, 10, 64)
     assert torch.allclose(jacobian[1], torch.autograd.functional.jacobian(model, x[1:2])[0, :, 0])
+
+
+def test_the_perceptron_is_64_to_128_relu_units_to_10_logits():
+    model = experiment.train_classifier(load_digits_split(), steps=1, seed=0).model
+    linear = [layer for layer in model.modules() if isinstance(layer, nn.Linear)]
+    assert [(layer.in_features, layer.out_features) for layer in linear] == [(64, 128), (128, 10)]
+    assert any(isinstance(layer, nn.ReLU) for layer in model.modules())
+    with pytest.raises(TypeError, match="cnn must be True or False"):
+        experiment.train_classifier(load_digits_split(), cnn=1, seed=0)
+
+
+def test_flags_are_checked():
+    with pytest.raises(TypeError, match="increase must be True or False"):
+        jsma.saliency_map(HAND, torch.tensor([0]), increase=1)
+    with pytest.raises(TypeError, match="pairs must be True or False"):
+        jsma.jsma(linear(PULL, [9.5, 0.0]), SATURATED, 1, pairs=1)
+
+
+# -- the chapter's sample and measurements ---------------------------------------------------------
+
+
+def test_the_sample_is_correctly_classified_per_class_and_follows_its_generator():
+    labels = torch.arange(10).repeat(6)
+    predictions = labels.clone()
+    predictions[:10] = (labels[:10] + 1) % 10  # the first example of each class is misclassified
+    chosen = experiment.correctly_classified(labels, predictions, 3, gen(0))
+    assert len(chosen) == 30 and len(set(chosen.tolist())) == 30
+    assert torch.equal(labels[chosen], torch.arange(10).repeat_interleave(3))
+    assert (predictions[chosen] == labels[chosen]).all() and (chosen >= 10).all()
+    assert torch.equal(chosen, experiment.correctly_classified(labels, predictions, 3, gen(0)))
+    assert not torch.equal(chosen, experiment.correctly_classified(labels, predictions, 3, gen(1)))
+
+
+def test_other_classes_lists_the_nine_other_targets_in_order():
+    targets = experiment.other_classes(torch.tensor([0, 7]))
+    assert targets.dtype == torch.int64
+    assert targets.tolist() == [*range(1, 10), 0, 1, 2, 3, 4, 5, 6, 8, 9]
+
+
+def hand_attack():
+    # Four attacks: two succeed, changing 1/8 and 3/8 of their features; two fail.
+    return jsma.Attack(
+        torch.zeros(4, 8),
+        torch.tensor([True, True, False, False]),
+        torch.tensor([0.125, 0.375, 0.5, 0.0]),
+    )
+
+
+def test_success_rate_and_distortion_count_the_successes_within_the_budget():
+    attack = hand_attack()
+    assert experiment.success_rate(attack, 0.5) == 0.5
+    assert experiment.success_rate(attack, 0.25) == 0.25
+    assert experiment.distortion(attack, 0.5) == pytest.approx(0.25)
+    assert experiment.distortion(attack, 0.25) == 0.125
+    rows = torch.tensor([False, True, True, False])
+    assert experiment.success_rate(attack, 0.25, rows) == 0.0
+    assert math.isnan(experiment.distortion(attack, 0.25, rows))
+    assert experiment.distortion(attack, 0.5, rows) == 0.375
+
+
+def test_pair_hardness_is_the_trapezoid_over_the_budgets():
+    # Success 1/4 then 2/4, mean distortion 0.125 then 0.25: (0.5 - 0.25) * (0.125 + 0.25) / 2.
+    attack = hand_attack()
+    assert experiment.pair_hardness(attack, [0.1, 0.25, 0.5], slice(None)) == pytest.approx(
+        0.25 * 0.375 / 2
+    )
+    assert experiment.pair_hardness(attack, [0.05, 0.1], slice(None)) == 0.0
+
+
+def test_per_class_pair_fills_each_off_diagonal_cell_from_its_own_rows():
+    source = torch.tensor([0, 0, 1, 2])
+    target = torch.tensor([1, 2, 0, 1])
+    # Each cell sums the numbers 1..4 of its own rows: 1, 2, 3, 4 in the four cells used, 0 else.
+    matrix = experiment.per_class_pair(
+        lambda rows: float((rows * torch.arange(1, 5)).sum()), source, target
+    )
+    assert matrix.shape == (10, 10) and torch.isnan(matrix.diagonal()).all()
+    expected = torch.zeros(10, 10, dtype=torch.float64)
+    expected[0, 1], expected[0, 2], expected[1, 0], expected[2, 1] = 1, 2, 3, 4
+    off = ~torch.eye(10, dtype=torch.bool)
+    assert torch.equal(matrix[off], expected[off])
+
+
+def test_three_standard_errors_of_a_difference_of_rates():
+    assert experiment.three_standard_errors(0.5, 0.5, 100) == pytest.approx(3 * math.sqrt(0.005))
+    assert experiment.three_standard_errors(1.0, 0.0, 10) == 0.0

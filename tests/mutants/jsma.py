@@ -1,8 +1,9 @@
-"""Broken variants of the saliency-map attack (papernotes.jsma).
+"""Broken variants of the saliency-map attack (papernotes.jsma, the mechanism's module).
 
-Each function patches the module in place; the chapter, run with the patch, must stop on its
-claim check. The attack looks `_jacobian`, `pair_scores` and `search_domain` up in the module's
-globals when it runs, so it sees the patch.
+Each function patches the mechanism module in place; the chapter, run with the patch, must stop
+on its claim check. The attack (`jsma.jsma` and `jsma.random_pairs`, which the chapter calls)
+looks `_jacobian`, `pair_scores` and `search_domain` up in the module's globals when it runs, so
+it sees the patch.
 """
 
 import torch
