@@ -10,11 +10,13 @@ import torch.nn.functional as F
 
 from conftest import gen, randn
 from papernotes import hypercolumns as hc
+from papernotes.data import Standardizer
+from papernotes.hypercolumns import experiment
 
 
 def random_classifier(n_features, grid, seed=0, n_outputs=2, dtype=torch.float64):
     """A LocationClassifier with random weights, biases and feature statistics."""
-    standardizer = hc.Standardizer(
+    standardizer = Standardizer(
         randn(n_features, seed=seed), 0.5 + torch.rand(n_features, generator=gen(seed + 1))
     )
     classifier = hc.LocationClassifier(n_features, standardizer, grid=grid, n_outputs=n_outputs)
@@ -101,18 +103,18 @@ def test_hypercolumns_reject_bad_input():
 
 def test_standardizer_gives_every_channel_mean_0_and_std_1_on_the_training_pixels():
     pixels = randn(5000, 4, seed=3) * torch.tensor([1e-3, 1.0, 1e3, 5.0]) + 7.0
-    standardizer = hc.Standardizer.fit(pixels)
+    standardizer = Standardizer.fit(pixels)
     classifier = hc.LocationClassifier(4, standardizer).double()
     z = classifier.standardize(pixels)
     assert torch.allclose(z.mean(0), torch.zeros(4, dtype=torch.float64), atol=1e-9)
     assert torch.allclose(z.std(0), torch.ones(4, dtype=torch.float64), atol=1e-9)
-    constant = hc.Standardizer.fit(torch.ones(10, 2))
+    constant = Standardizer.fit(torch.ones(10, 2))
     assert torch.equal(constant.std, torch.ones(2))  # no division by zero
 
 
 def test_standardizer_rejects_bad_input():
-    with pytest.raises(ValueError, match="pixels"):
-        hc.Standardizer.fit(torch.zeros(3, 4, 5))
+    with pytest.raises(ValueError, match="train_x"):
+        Standardizer.fit(torch.zeros(3, 4, 5))
 
 
 # -- 3. location-specific classifiers -------------------------------------------------------------
@@ -166,7 +168,7 @@ def test_sampled_pixels_get_the_same_logits_as_the_whole_map():
 
 
 def test_location_classifier_rejects_bad_input():
-    standardizer = hc.Standardizer(torch.zeros(4), torch.ones(4))
+    standardizer = Standardizer(torch.zeros(4), torch.ones(4))
     with pytest.raises(ValueError, match="grid"):
         hc.LocationClassifier(4, standardizer, grid=0)
     with pytest.raises(ValueError, match="standardizer.mean"):
@@ -199,9 +201,9 @@ def test_classify_then_upsample_rejects_a_mismatched_classifier():
 
 
 def test_generated_shapes_are_reproducible_and_follow_their_masks():
-    a = hc.generate_shapes(400, noise=0.3, clutter=False, generator=gen(10))
-    b = hc.generate_shapes(400, noise=0.3, clutter=False, generator=gen(10))
-    c = hc.generate_shapes(400, noise=0.3, clutter=False, generator=gen(11))
+    a = experiment.generate_shapes(400, noise=0.3, clutter=False, generator=gen(10))
+    b = experiment.generate_shapes(400, noise=0.3, clutter=False, generator=gen(10))
+    c = experiment.generate_shapes(400, noise=0.3, clutter=False, generator=gen(11))
     assert torch.equal(a.images, b.images) and not torch.equal(a.images, c.images)
     assert a.images.shape == (400, 1, 24, 24) and a.masks.shape == (400, 24, 24)
     assert set(a.labels.tolist()) == {0, 1, 2}
@@ -215,18 +217,18 @@ def test_generated_shapes_are_reproducible_and_follow_their_masks():
 def test_shape_areas_match_their_geometry():
     # Without noise: circle pi r^2, square (1.6 r)^2, equilateral triangle (3 sqrt 3 / 4) r^2,
     # for radii uniform in [0.2, 0.35] * 24; E[r^2] = (b^3 - a^3) / (3 (b - a)).
-    data = hc.generate_shapes(3000, noise=0.0, clutter=False, generator=gen(12))
+    data = experiment.generate_shapes(3000, noise=0.0, clutter=False, generator=gen(12))
     a, b = 0.2 * 24, 0.35 * 24
     mean_r2 = (b**3 - a**3) / (3 * (b - a))
     areas = data.masks.sum((1, 2)).double()
     for label, factor in enumerate((math.pi, 1.6**2, 3 * math.sqrt(3) / 4)):
         measured = areas[data.labels == label].mean().item()
-        assert measured == pytest.approx(factor * mean_r2, rel=0.05), hc.SHAPES[label]
+        assert measured == pytest.approx(factor * mean_r2, rel=0.05), experiment.SHAPES[label]
 
 
 def test_clutter_is_a_bright_corner_shape_outside_the_mask():
-    plain = hc.generate_shapes(500, noise=0.0, clutter=False, generator=gen(20))
-    cluttered = hc.generate_shapes(500, noise=0.0, generator=gen(20))
+    plain = experiment.generate_shapes(500, noise=0.0, clutter=False, generator=gen(20))
+    cluttered = experiment.generate_shapes(500, noise=0.0, generator=gen(20))
     bright = cluttered.images[:, 0] > 0
     assert torch.equal(bright & cluttered.masks.bool(), cluttered.masks.bool())
     extra = bright & ~cluttered.masks.bool()
@@ -246,39 +248,39 @@ def test_clutter_is_a_bright_corner_shape_outside_the_mask():
 
 def test_generate_shapes_rejects_bad_arguments():
     with pytest.raises(ValueError, match="n must"):
-        hc.generate_shapes(0)
+        experiment.generate_shapes(0)
     with pytest.raises(ValueError, match="noise"):
-        hc.generate_shapes(5, noise=-1.0)
+        experiment.generate_shapes(5, noise=-1.0)
     with pytest.raises(TypeError, match="clutter"):
-        hc.generate_shapes(5, clutter=1)
+        experiment.generate_shapes(5, clutter=1)
 
 
 def test_shapenet_maps_have_strides_1_4_8():
-    net = hc.ShapeNet((4, 5, 6))
+    net = experiment.ShapeNet((4, 5, 6))
     maps = net.feature_maps(torch.zeros(3, 1, 24, 24))
     assert [tuple(m.shape) for m in maps] == [(3, 4, 24, 24), (3, 5, 6, 6), (3, 6, 1, 1)]
     assert net(torch.zeros(3, 1, 24, 24)).shape == (3, 3)
     with pytest.raises(ValueError, match="channels"):
-        hc.ShapeNet((4, 5))
+        experiment.ShapeNet((4, 5))
 
 
 def test_pretraining_learns_the_shapes_and_freezes_the_network():
-    data = hc.generate_shapes(600, noise=0.1, generator=gen(13))
-    val = hc.generate_shapes(200, noise=0.1, generator=gen(14))
-    model, history = hc.pretrain(data, seed=0, steps=120, val=val)
+    data = experiment.generate_shapes(600, noise=0.1, generator=gen(13))
+    val = experiment.generate_shapes(200, noise=0.1, generator=gen(14))
+    model, history = experiment.pretrain(data, seed=0, steps=120, val=val)
     assert history.final("val_accuracy") > 0.6  # chance is 1/3
     assert not any(p.requires_grad for p in model.parameters())
     with pytest.raises(ValueError, match="data.images"):
-        hc.pretrain(hc.Shapes(data.images[:, 0], data.masks, data.labels), seed=0)
+        experiment.pretrain(experiment.Shapes(data.images[:, 0], data.masks, data.labels), seed=0)
 
 
 # -- training on sampled pixels -------------------------------------------------------------------
 
 
 def test_sampled_pixels_carry_their_hypercolumns_and_labels():
-    data = hc.generate_shapes(20, generator=gen(15))
-    net = hc.ShapeNet().eval()
-    sample = hc.sample_pixels(net, data, ["conv1", "gap"], 500, generator=gen(16), chunk=7)
+    data = experiment.generate_shapes(20, generator=gen(15))
+    net = experiment.ShapeNet().eval()
+    sample = experiment.sample_pixels(net, data, ["conv1", "gap"], 500, generator=gen(16), chunk=7)
     assert sample.features.shape == (500, 8 + 32)
     with torch.no_grad():
         full = hc.hypercolumns(hc.select(net.feature_maps(data.images), ["conv1", "gap"]), 24)
@@ -287,7 +289,7 @@ def test_sampled_pixels_carry_their_hypercolumns_and_labels():
     assert torch.equal(sample.labels, data.masks[i, r, c])
     assert len(set(i.tolist())) == 20  # 500 draws reach every image (chunks of 7 included)
     with pytest.raises(ValueError, match="n_pixels"):
-        hc.sample_pixels(net, data, ["conv1"], 0)
+        experiment.sample_pixels(net, data, ["conv1"], 0)
 
 
 def test_a_pixel_classifier_learns_a_separable_rule():
@@ -295,15 +297,15 @@ def test_a_pixel_classifier_learns_a_separable_rule():
     features = randn(4000, 3, seed=17).float() * torch.tensor([100.0, 1.0, 1.0])
     labels = (features[:, 0] > 0).long()
     positions = torch.randint(10, (4000, 2), generator=gen(18))
-    sample = hc.PixelSample(features, labels, positions, (10, 10))
-    classifier, history = hc.train_pixel_classifier(sample, grid=2, seed=0, steps=150)
+    sample = experiment.PixelSample(features, labels, positions, (10, 10))
+    classifier, history = experiment.train_pixel_classifier(sample, grid=2, seed=0, steps=150)
     beta = hc.interpolation_weights(2, (10, 10))[:, positions[:, 0], positions[:, 1]].T
     accuracy = (classifier.at_pixels(features, beta).argmax(1) == labels).float().mean()
     assert accuracy > 0.98
     assert not history.diverged
     with pytest.raises(ValueError, match="sample.labels"):
-        hc.train_pixel_classifier(
-            hc.PixelSample(features, labels[:10], positions, (10, 10)), seed=0
+        experiment.train_pixel_classifier(
+            experiment.PixelSample(features, labels[:10], positions, (10, 10)), seed=0
         )
 
 
@@ -313,36 +315,36 @@ def test_a_pixel_classifier_learns_a_separable_rule():
 def test_boundary_band_is_the_ring_around_a_square():
     mask = torch.zeros(1, 12, 12, dtype=torch.long)
     mask[0, 3:9, 3:9] = 1
-    band = hc.boundary_band(mask, width=1)[0]
+    band = experiment.boundary_band(mask, width=1)[0]
     expected = torch.zeros(12, 12, dtype=torch.bool)
     expected[2:10, 2:10] = True
     expected[4:8, 4:8] = False  # inner pixels more than one pixel from the ground
     assert torch.equal(band, expected)
     with pytest.raises(ValueError, match="width"):
-        hc.boundary_band(mask, width=0)
+        experiment.boundary_band(mask, width=0)
     with pytest.raises(ValueError, match="masks"):
-        hc.boundary_band(mask[0])
+        experiment.boundary_band(mask[0])
 
 
 def test_segmentation_scores_on_a_hand_made_example():
     truth = torch.tensor([[[1, 1, 0, 0]]])
     predicted = torch.tensor([[[1, 0, 1, 0]]])
     band = torch.tensor([[[False, True, True, False]]])
-    scores = hc.segmentation_scores(predicted, truth, band)
+    scores = experiment.segmentation_scores(predicted, truth, band)
     assert scores["iou"] == pytest.approx(1 / 3)
     assert scores["accuracy"] == pytest.approx(0.5)
     assert scores["boundary_accuracy"] == pytest.approx(0.0)
     with pytest.raises(ValueError, match="truth"):
-        hc.segmentation_scores(predicted, truth[:, :, :3], band)
+        experiment.segmentation_scores(predicted, truth[:, :, :3], band)
 
 
 def test_predicted_masks_follow_the_classifier():
-    net = hc.ShapeNet().eval()
-    data = hc.generate_shapes(5, generator=gen(19))
-    classifier = hc.LocationClassifier(8, hc.Standardizer(torch.zeros(8), torch.ones(8)))
+    net = experiment.ShapeNet().eval()
+    data = experiment.generate_shapes(5, generator=gen(19))
+    classifier = hc.LocationClassifier(8, Standardizer(torch.zeros(8), torch.ones(8)))
     with torch.no_grad():
         classifier.bias.copy_(torch.tensor([[0.0, 1.0]]))  # every pixel is figure
-    masks = hc.predict_masks(net, classifier, data.images, ["conv1"], chunk=2)
+    masks = experiment.predict_masks(net, classifier, data.images, ["conv1"], chunk=2)
     assert torch.equal(masks, torch.ones(5, 24, 24, dtype=torch.long))
     with pytest.raises(ValueError, match="images"):
-        hc.predict_masks(net, classifier, data.images[:, 0], ["conv1"])
+        experiment.predict_masks(net, classifier, data.images[:, 0], ["conv1"])

@@ -1,9 +1,10 @@
 """Broken variants of the hypercolumn mechanism (papernotes.hypercolumns).
 
-Each function patches the module in place; the chapter, run with the patch, must stop on its
-claim check. The module's functions read `select`, `hypercolumns` and `upsample` from its globals
-when called, so the sampled training pixels, the predicted masks and the efficient route all see
-the patch.
+Each function patches the mechanism's module in place; the chapter, run with the patch, must
+stop on its claim check. The module's functions read `upsample` from its globals when called, and
+`papernotes.hypercolumns.experiment` calls `hypercolumns.select` and `hypercolumns.hypercolumns`
+through the module, so the sampled training pixels, the predicted masks and the efficient route
+all see the patch.
 """
 
 import torch
