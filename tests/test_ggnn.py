@@ -1,4 +1,5 @@
-"""Unit tests of papernotes.ggnn, in float64 with fixed seeds.
+"""Unit tests of papernotes.ggnn (the mechanism) and papernotes.ggnn.experiment (the chapter's
+task, runs and measurements), in float64 with fixed seeds.
 
 The reference below is written from the paper's equations 1-6, one node at a time with the
 dense block matrix A = [A_in, A_out] of the paper's Figure 1, so that it shares no code with the
@@ -9,7 +10,8 @@ import pytest
 import torch
 
 from conftest import gen, randn
-from papernotes import ggnn
+from papernotes import ggnn, training
+from papernotes.ggnn import experiment
 from papernotes.training import seeded
 
 
@@ -206,9 +208,9 @@ def test_gated_readout_matches_the_papers_equation_and_ignores_node_order():
 def test_selection_credit_counts_ties_as_a_random_pick():
     scores = torch.tensor([1.0, 3.0, 3.0, 0.0, 2.0, 5.0])
     batch = torch.tensor([0, 0, 0, 1, 1, 1])
-    credit = ggnn.selection_credit(scores, batch, torch.tensor([1, 4]), 2)
+    credit = experiment.selection_credit(scores, batch, torch.tensor([1, 4]), 2)
     assert torch.allclose(credit, torch.tensor([0.5, 0.0]))
-    credit = ggnn.selection_credit(scores, batch, torch.tensor([0, 5]), 2)
+    credit = experiment.selection_credit(scores, batch, torch.tensor([0, 5]), 2)
     assert torch.allclose(credit, torch.tensor([0.0, 1.0]))
 
 
@@ -216,34 +218,34 @@ def test_selection_credit_counts_ties_as_a_random_pick():
 
 
 def test_the_answer_is_the_species_feared_by_the_queried_entitys_species():
-    task = ggnn.deduction_task(40, seed=0, stream=1)
+    task = experiment.deduction_task(40, seed=0, stream=1)
     for i in range(len(task)):
         edges, types = task.edges[i], task.edge_type[i]
         query = int(task.annotation[i, :, 0].argmax())
-        assert task.annotation[i, :, 0].sum() == 1 and query < ggnn.N_ENTITIES
-        species = int(edges[(edges[:, 0] == query) & (types == ggnn.IS), 1])
-        feared = int(edges[(edges[:, 0] == species) & (types == ggnn.HAS_FEAR), 1])
+        assert task.annotation[i, :, 0].sum() == 1 and query < experiment.N_ENTITIES
+        species = int(edges[(edges[:, 0] == query) & (types == experiment.IS), 1])
+        feared = int(edges[(edges[:, 0] == species) & (types == experiment.HAS_FEAR), 1])
         assert feared == task.answer[i] and feared != species
         # two hops: the answer is never a neighbour of the queried entity
         assert not ((edges[:, 0] == query) & (edges[:, 1] == feared)).any()
         assert task.answer_symbol[i] == task.symbols[i, feared]
         # the text tells the same story: the question names the entity, a fact names its fear
-        assert task.tokens[i, -2] == ggnn.QUESTION_TOKEN
+        assert task.tokens[i, -2] == experiment.QUESTION_TOKEN
         assert task.tokens[i, -1] == task.symbols[i, query]
         triples = task.tokens[i, :-2].view(-1, 3).tolist()
-        fact = [int(task.symbols[i, species]), ggnn.FEAR_TOKEN, int(task.answer_symbol[i])]
+        fact = [int(task.symbols[i, species]), experiment.FEAR_TOKEN, int(task.answer_symbol[i])]
         assert fact in triples
 
 
 def test_the_task_follows_the_seed_and_the_stream():
-    a, b = ggnn.deduction_task(20, 0, 1), ggnn.deduction_task(20, 0, 1)
+    a, b = experiment.deduction_task(20, 0, 1), experiment.deduction_task(20, 0, 1)
     assert torch.equal(a.tokens, b.tokens) and torch.equal(a.edges, b.edges)
-    assert not torch.equal(a.tokens, ggnn.deduction_task(20, 1, 1).tokens)
-    assert not torch.equal(a.tokens, ggnn.deduction_task(20, 0, 2).tokens)
+    assert not torch.equal(a.tokens, experiment.deduction_task(20, 1, 1).tokens)
+    assert not torch.equal(a.tokens, experiment.deduction_task(20, 0, 2).tokens)
 
 
 def test_graphs_of_a_task_are_numbered_as_one_disconnected_graph():
-    task = ggnn.deduction_task(5, 0, 1)
+    task = experiment.deduction_task(5, 0, 1)
     annotation, edge_index, edge_type, batch, answer = task.graphs(torch.tensor([3, 1]))
     assert annotation.shape == (16, 1) and edge_index.shape == (2, 16)
     assert torch.equal(batch, torch.tensor([0] * 8 + [1] * 8))
@@ -254,14 +256,90 @@ def test_graphs_of_a_task_are_numbered_as_one_disconnected_graph():
 
 def test_the_lstm_reads_batch_first_sequences():
     with seeded(0):
-        model = ggnn.FactsLSTM(hidden_size=8, embedding_size=4)
-    task = ggnn.deduction_task(3, 0, 1)
-    assert model(task.tokens).shape == (3, ggnn.N_SYMBOLS)
+        model = experiment.FactsLSTM(hidden_size=8, embedding_size=4)
+    task = experiment.deduction_task(3, 0, 1)
+    assert model(task.tokens).shape == (3, experiment.N_SYMBOLS)
+
+
+def test_first_keeps_the_first_n_stories_of_every_field():
+    task = experiment.deduction_task(10, 0, 1)
+    head = task.first(4)
+    assert len(head) == 4
+    for name, field in vars(task).items():
+        assert torch.equal(getattr(head, name), field[:4]), name
+    with pytest.raises(ValueError, match="n"):
+        task.first(0)
+
+
+def test_story_text_reads_the_tokens_as_facts_question_and_answer():
+    task = experiment.deduction_task(6, 0, 1)
+    names = experiment.NAMES
+    for i in range(len(task)):
+        facts, question = experiment.story_text(task, i).split(". What is ")
+        facts = facts.split(", ")
+        assert len(facts) == experiment.N_NODES
+        query = int(task.annotation[i, :, 0].argmax())
+        species = int(task.edges[i, query, 1])
+        symbol = task.symbols[i]
+        assert question == f"{names[symbol[query]]} afraid of? {names[task.answer_symbol[i]]}"
+        assert f"{names[symbol[query]]} is {names[symbol[species]]}" in facts
+        assert f"{names[symbol[species]]} fears {names[task.answer_symbol[i]]}" in facts
+        # the facts in the order of the tokens
+        first = task.tokens[i, :3].tolist()
+        relation = "is" if first[1] == experiment.IS_TOKEN else "fears"
+        assert facts[0] == f"{names[first[0]]} {relation} {names[first[2]]}"
+
+
+def test_node_probabilities_are_each_storys_own_softmax_in_eval_mode():
+    with seeded(0):
+        model = ggnn.NodeSelector(1, 8, len(experiment.EDGE_TYPES), 2)
+    task = experiment.deduction_task(5, 0, 1)
+    index = torch.tensor([3, 0])
+    probabilities = experiment.node_probabilities(model, task, index)
+    assert probabilities.shape == (2 * experiment.N_NODES,) and model.training
+    for j, i in enumerate(index.tolist()):
+        annotation, edge_index, edge_type, _, _ = task.graphs(torch.tensor([i]))
+        with torch.no_grad():
+            alone = torch.softmax(model(annotation, edge_index, edge_type), 0)
+        assert torch.allclose(probabilities[8 * j : 8 * (j + 1)], alone, atol=1e-6)
+    assert torch.allclose(
+        experiment.node_probabilities(model, task).view(5, 8).sum(1), torch.ones(5)
+    )
+
+
+class FixedGuess(torch.nn.Module):
+    """A sequence model that answers story i with symbol guesses[i], whatever it reads."""
+
+    def __init__(self, guesses):
+        super().__init__()
+        self.guesses = guesses
+
+    def forward(self, tokens):
+        return torch.nn.functional.one_hot(self.guesses, experiment.N_SYMBOLS).float()
+
+
+def test_names_a_species_counts_the_answers_among_the_storys_species():
+    task = experiment.deduction_task(4, 0, 1)
+    species = task.symbols[:, experiment.N_ENTITIES]  # a species of each story
+    entity = task.symbols[:, 0]  # an entity: never an answer
+    guesses = torch.stack([species[0], entity[1], task.answer_symbol[2], entity[3]])
+    assert experiment.names_a_species(FixedGuess(guesses), task) == 0.5
+    assert experiment.names_a_species(FixedGuess(task.answer_symbol), task) == 1.0
+
+
+def test_the_lstm_run_logs_its_validation_accuracy():
+    train_set, val_set = experiment.deduction_task(20, 0, 1), experiment.deduction_task(30, 0, 2)
+    run = experiment.train_lstm(train_set, val_set, hidden_size=8, updates=6, eval_every=3)
+    assert run.history.steps == [3, 6] and not run.model.training
+    expected = training.accuracy_of(run.model, val_set.tokens, val_set.answer_symbol)
+    assert run.history.final("val_accuracy") == expected
 
 
 def test_a_short_training_run_learns_the_task():
-    train_set, val_set = ggnn.deduction_task(20, 0, 1), ggnn.deduction_task(50, 0, 2)
-    run = ggnn.train_ggnn(train_set, val_set, steps=2, hidden_size=8, updates=40, eval_every=40)
+    train_set, val_set = experiment.deduction_task(20, 0, 1), experiment.deduction_task(50, 0, 2)
+    run = experiment.train_ggnn(
+        train_set, val_set, steps=2, hidden_size=8, updates=40, eval_every=40
+    )
     assert run.history.final("val_accuracy") >= 0.9
 
 
@@ -292,14 +370,14 @@ def test_ggnn_forward_rejects_bad_graph_tensors():
 
 def test_other_entry_points_reject_bad_arguments():
     with pytest.raises(ValueError, match="n"):
-        ggnn.deduction_task(0, seed=0, stream=1)
-    task = ggnn.deduction_task(5, 0, 1)
+        experiment.deduction_task(0, seed=0, stream=1)
+    task = experiment.deduction_task(5, 0, 1)
     with pytest.raises(ValueError, match="steps"):
-        ggnn.train_ggnn(task, task, steps=0)
+        experiment.train_ggnn(task, task, steps=0)
     with pytest.raises(ValueError, match="lr"):
-        ggnn.train_lstm(task, task, lr=0.0)
+        experiment.train_lstm(task, task, lr=0.0)
     with pytest.raises(ValueError, match="tokens"):
-        ggnn.FactsLSTM(8, 4)(task.tokens[0])
+        experiment.FactsLSTM(8, 4)(task.tokens[0])
     with pytest.raises(ValueError, match="batch"):
         ggnn.GatedReadout(4, 2, 3)(
             randn(5, 4).float(), randn(5, 2).float(), torch.zeros(4, dtype=torch.long), 1

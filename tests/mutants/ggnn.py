@@ -1,5 +1,6 @@
-"""Broken gated graph networks: each patches papernotes.ggnn where the chapter's models compute
-their messages, their initial state or their propagation loop."""
+"""Broken gated graph networks: each patches the mechanism, papernotes.ggnn, where the chapter's
+models compute their messages, their initial state or their propagation loop (the experiment,
+papernotes.ggnn.experiment, builds its models through the module, so it runs the patched code)."""
 
 import torch
 
