@@ -9,6 +9,7 @@ from torch import nn
 
 from conftest import gen
 from papernotes import observational_dropout as od
+from papernotes.observational_dropout import experiment
 
 
 def simulate(x, v, steps, dt):
@@ -42,7 +43,7 @@ class Refuses(nn.Module):
 
 
 def episodes(n=8, steps=12, seed=0):
-    return od.BouncingPoint().episodes(n, steps, gen(seed))
+    return experiment.BouncingPoint().episodes(n, steps, gen(seed))
 
 
 def identity_controller():
@@ -62,13 +63,13 @@ def test_the_closed_form_bounce_matches_a_step_by_step_simulation():
     steps, dt = 200, 0.1  # long enough for several bounces off both walls
     expected = simulate(x0, v0, steps, dt)
     times = torch.arange(1, steps + 1) * dt
-    ours = od.bounce(x0.unsqueeze(1) + v0.unsqueeze(1) * times)
+    ours = experiment.bounce(x0.unsqueeze(1) + v0.unsqueeze(1) * times)
     assert torch.allclose(ours, expected, atol=1e-4)
     assert ours.abs().max() <= 1
 
 
 def test_episodes_observe_position_and_finite_difference_velocity():
-    env = od.BouncingPoint()
+    env = experiment.BouncingPoint()
     positions, observations = env.episodes(64, 50, gen(1))
     assert positions.shape == (64, 50) and observations.shape == (64, 50, 2)
     assert torch.equal(observations[..., 0], positions)
@@ -186,19 +187,22 @@ def test_at_p_one_training_leaves_the_world_model_untouched():
     with torch.random.fork_rng():
         torch.manual_seed(7)  # as train_agent builds them: the controller, then the model
         controller, model = od.Controller(), od.WorldModel()
-    agent = od.train_agent(1.0, seed=7, updates=5, episodes=4, steps=10)
+    agent = experiment.train_agent(1.0, seed=7, updates=5, episodes=4, steps=10)
     for before, after in zip(model.parameters(), agent.model.parameters(), strict=True):
         assert torch.equal(before, after)
     assert not torch.equal(controller.linear.weight, agent.controller.linear.weight)
 
 
 def test_training_follows_the_seed():
-    a = od.train_agent(0.3, seed=1, updates=3, episodes=4, steps=10)
-    b = od.train_agent(0.3, seed=1, updates=3, episodes=4, steps=10)
-    c = od.train_agent(0.3, seed=2, updates=3, episodes=4, steps=10)
+    a = experiment.train_agent(0.3, seed=1, updates=3, episodes=4, steps=10)
+    b = experiment.train_agent(0.3, seed=1, updates=3, episodes=4, steps=10)
+    c = experiment.train_agent(0.3, seed=2, updates=3, episodes=4, steps=10)
     assert a.history.final("loss") == b.history.final("loss")
     assert a.history.final("loss") != c.history.final("loss")
-    assert od.train_agent(0.3, seed=1, hold=True, updates=2, episodes=4, steps=10).model is None
+    assert (
+        experiment.train_agent(0.3, seed=1, hold=True, updates=2, episodes=4, steps=10).model
+        is None
+    )
 
 
 # -- measuring the emergent model ------------------------------------------------------------
@@ -206,12 +210,14 @@ def test_training_follows_the_seed():
 
 def test_one_step_errors_of_a_perfect_mover_and_of_holding():
     positions, observations = episodes(n=32, steps=40, seed=6)
-    agent = od.Agent(identity_controller(), Recorder(), None, 0.5)
-    hold = od.hold_error(positions, observations)
+    agent = experiment.Agent(
+        model=Recorder(), history=None, controller=identity_controller(), p=0.5
+    )
+    hold = experiment.hold_error(positions, observations)
     expected_hold = (positions[:, 1:] - positions[:, :-1]).pow(2).mean().item()
     assert hold == pytest.approx(expected_hold, rel=1e-6)
     # Moving by the observed velocity is exact except across a bounce.
-    mover = od.one_step_error(agent, positions, observations)
+    mover = experiment.one_step_error(agent, positions, observations)
     guess = observations[:, :-1, 0] + 0.1 * observations[:, :-1, 1]
     assert mover == pytest.approx((guess - positions[:, 1:]).pow(2).mean().item(), rel=1e-6)
     assert mover < hold / 5
@@ -219,11 +225,23 @@ def test_one_step_errors_of_a_perfect_mover_and_of_holding():
 
 def test_imagine_runs_the_model_on_its_own_outputs():
     positions, observations = episodes(n=4, steps=8, seed=8)
-    agent = od.Agent(identity_controller(), Recorder(), None, 0.0)
-    imagined = od.imagine(agent, observations)
+    agent = experiment.Agent(
+        model=Recorder(), history=None, controller=identity_controller(), p=0.0
+    )
+    imagined = experiment.imagine(agent, observations)
     x, v = observations[:, 0, 0], observations[:, 0, 1]
     expected = x.unsqueeze(1) + 0.1 * v.unsqueeze(1) * torch.arange(8)
     assert torch.allclose(imagined, expected, atol=1e-6)
+
+
+def test_imagination_error_is_the_squared_error_over_the_first_steps_only():
+    real = torch.zeros(2, 6)
+    imagined = torch.tensor([[1.0, 1.0, 3.0, 9.0, 9.0, 9.0], [1.0, -1.0, 1.0, 9.0, 9.0, 9.0]])
+    # Over the first 3 steps: (1 + 1 + 9 + 1 + 1 + 1) / 6; later steps must not count.
+    assert experiment.imagination_error(imagined, real, 3) == pytest.approx(14 / 6)
+    assert experiment.imagination_error(real, real, 6) == 0.0
+    with pytest.raises(ValueError, match="imagined"):
+        experiment.imagination_error(imagined[:, :5], real, 3)
 
 
 # -- bad input -------------------------------------------------------------------------------
@@ -231,19 +249,22 @@ def test_imagine_runs_the_model_on_its_own_outputs():
 
 def test_bad_input_is_refused_with_the_arguments_name():
     with pytest.raises(ValueError, match="dt"):
-        od.BouncingPoint(dt=2.0)
+        experiment.BouncingPoint(dt=2.0)
     with pytest.raises(ValueError, match="hidden"):
         od.WorldModel(hidden=0)
     with pytest.raises(ValueError, match="p must"):
         od.peek_mask(4, 10, 1.5, gen(0))
     with pytest.raises(ValueError, match="p must"):
-        od.train_agent(-0.1, seed=0)
+        experiment.train_agent(-0.1, seed=0)
     _, observations = episodes()
     with pytest.raises(ValueError, match="observations"):
         od.rollout(od.Controller(), None, observations[..., :1], torch.ones(8, 12, dtype=bool))
     with pytest.raises(ValueError, match="peeks"):
         od.rollout(od.Controller(), None, observations, torch.ones(8, 11, dtype=bool))
     with pytest.raises(ValueError, match="positions"):
-        od.hold_error(torch.zeros(8, 11), observations)
+        experiment.hold_error(torch.zeros(8, 11), observations)
     with pytest.raises(ValueError, match="observations"):
-        od.imagine(od.Agent(od.Controller(), None, None, 0.0), observations[0])
+        experiment.imagine(
+            experiment.Agent(model=None, history=None, controller=od.Controller(), p=0.0),
+            observations[0],
+        )

@@ -1,9 +1,10 @@
 """Broken variants of observational dropout (papernotes.observational_dropout).
 
-Each function patches the module in place; the chapter, run with the patch, must stop on its
-claim check. `train_agent` reads `peek_mask`, `agent_loss` and `rollout` from the module's globals
-when called, and `rollout` reads `next_seen`, so the training runs, the measures and the
-roll-outs all see the patch.
+Each function patches the mechanism's module in place; the chapter, run with the patch, must
+stop on its claim check. `papernotes.observational_dropout.experiment` calls `peek_mask`,
+`agent_loss` and `rollout` through the module when called, `agent_loss` reads `rollout` and
+`rollout` reads `next_seen` from the module's globals, so the training runs, the measures and
+the roll-outs all see the patch.
 """
 
 import torch
