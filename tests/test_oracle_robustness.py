@@ -1,15 +1,18 @@
-"""Unit tests of papernotes.oracle_robustness: the oracle and the classifier as c ∘ g, the attack's
-guarantees (masked features only, inside the epsilon ball and the data range) on hand-made and
-trained models, the unnecessary features' statistics, and the Siamese penalty."""
+"""Unit tests of papernotes.oracle_robustness and its experiment: the oracle and the classifier
+as c ∘ g, the attack's guarantees (masked features only, inside the epsilon ball and the data
+range) on hand-made and trained models, the unnecessary features' statistics, the Siamese
+penalty, and the chapter's data, measurements and choice of the penalty."""
 
 import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+import papernotes as pn
 from conftest import gen, randn
 from papernotes import oracle_robustness as orc
 from papernotes.data import load_digits_split
+from papernotes.oracle_robustness import experiment
 
 
 def linear_classifier(weight, bias, reads=None) -> orc.Classifier:
@@ -28,15 +31,21 @@ def digits_with_extra():
     """Digits with 8 unnecessary features (correlation 0.9), a classifier on all features and
     one on the pixels only, both trained briefly."""
     digits = load_digits_split()
-    codes = orc.label_codes(8, 10, gen(0))
-    extra = orc.unnecessary_features(digits.train_y, codes, 0.9, gen(1))
+    codes = experiment.label_codes(8, 10, gen(0))
+    extra = experiment.unnecessary_features(digits.train_y, codes, 0.9, gen(1))
     x = torch.cat([digits.train_x, extra], 1)
     test_x = torch.cat(
-        [digits.test_x[:120], orc.unnecessary_features(digits.test_y[:120], codes, 0.9, gen(2))], 1
+        [
+            digits.test_x[:120],
+            experiment.unnecessary_features(digits.test_y[:120], codes, 0.9, gen(2)),
+        ],
+        1,
     )
     ignored = torch.arange(72) >= 64
-    all_features = orc.train_classifier(x, digits.train_y, n_classes=10, seed=0).model
-    pixels = orc.train_classifier(x, digits.train_y, n_classes=10, seed=0, reads=~ignored).model
+    all_features = experiment.train_classifier(x, digits.train_y, n_classes=10, seed=0).model
+    pixels = experiment.train_classifier(
+        x, digits.train_y, n_classes=10, seed=0, reads=~ignored
+    ).model
     return x, digits.train_y, test_x, ignored, all_features, pixels
 
 
@@ -170,24 +179,24 @@ def test_the_attack_rejects_bad_arguments(digits_with_extra):
 
 
 def test_unnecessary_features_show_the_label_code_with_the_given_probability():
-    codes = orc.label_codes(12, 10, gen(3))
+    codes = experiment.label_codes(12, 10, gen(3))
     assert codes.shape == (10, 12) and set(codes.unique().tolist()) <= {0.0, 1.0}
     labels = torch.randint(10, (20000,), generator=gen(4))
-    exact = orc.unnecessary_features(labels, codes, 1.0, gen(5), noise=0.0)
+    exact = experiment.unnecessary_features(labels, codes, 1.0, gen(5), noise=0.0)
     assert torch.equal(exact, codes[labels])
     for correlation in (0.0, 0.6):
-        z = orc.unnecessary_features(labels, codes, correlation, gen(6), noise=0.0)
+        z = experiment.unnecessary_features(labels, codes, correlation, gen(6), noise=0.0)
         own = (z == codes[labels]).all(1).float().mean().item()
         # own code: with probability rho, or by chance 1/10 of the rest (codes of two classes
         # may coincide: count those too)
         same = (codes[:, None] == codes[None]).all(-1).float().sum(1).mean().item() / 10
         expected = correlation + (1 - correlation) * same
         assert own == pytest.approx(expected, abs=0.015)
-    noisy = orc.unnecessary_features(labels[:50], codes, 0.9, gen(7))
+    noisy = experiment.unnecessary_features(labels[:50], codes, 0.9, gen(7))
     assert noisy.min() >= 0 and noisy.max() <= 1
-    assert torch.equal(noisy, orc.unnecessary_features(labels[:50], codes, 0.9, gen(7)))
+    assert torch.equal(noisy, experiment.unnecessary_features(labels[:50], codes, 0.9, gen(7)))
     with pytest.raises(ValueError, match="correlation"):
-        orc.unnecessary_features(labels, codes, 1.5, gen(0))
+        experiment.unnecessary_features(labels, codes, 1.5, gen(0))
 
 
 # -- Siamese training ------------------------------------------------------------------------------
@@ -221,7 +230,7 @@ def test_the_siamese_penalty_is_the_mean_squared_distance_of_representations():
 
 def test_siamese_training_makes_the_representation_ignore_the_extra_features(digits_with_extra):
     x, y, test_x, ignored, plain, _ = digits_with_extra
-    siamese = orc.train_classifier(x, y, n_classes=10, seed=0, penalty=1.0, ignored=ignored)
+    siamese = experiment.train_classifier(x, y, n_classes=10, seed=0, penalty=1.0, ignored=ignored)
     twin = orc.oracle_twin(test_x, ignored, gen(12))
     with torch.no_grad():
         plain_gap = orc.siamese_penalty(plain, test_x, twin).item()
@@ -240,16 +249,16 @@ def test_training_learns_follows_its_seed_and_checks_its_arguments(digits_with_e
     with torch.no_grad():
         accuracy = (plain(test_x).argmax(1) == digits.test_y[:120]).float().mean()
     assert accuracy > 0.9
-    again = orc.train_classifier(x, y, n_classes=10, seed=0).model
-    other = orc.train_classifier(x, y, n_classes=10, seed=1, steps=5).model
+    again = experiment.train_classifier(x, y, n_classes=10, seed=0).model
+    other = experiment.train_classifier(x, y, n_classes=10, seed=1, steps=5).model
     assert torch.equal(again.c.weight, plain.c.weight)
     assert not torch.equal(other.c.weight, plain.c.weight)
     with pytest.raises(ValueError, match="needs `ignored`"):
-        orc.train_classifier(x, y, n_classes=10, seed=0, penalty=0.5)
+        experiment.train_classifier(x, y, n_classes=10, seed=0, penalty=0.5)
     with pytest.raises(ValueError, match="penalty"):
-        orc.train_classifier(x, y, n_classes=10, seed=0, penalty=-1.0, ignored=ignored)
+        experiment.train_classifier(x, y, n_classes=10, seed=0, penalty=-1.0, ignored=ignored)
     with pytest.raises(ValueError, match="y must have shape"):
-        orc.train_classifier(x, y[:10], n_classes=10, seed=0)
+        experiment.train_classifier(x, y[:10], n_classes=10, seed=0)
 
 
 def test_the_pixel_only_classifier_matches_a_plain_network_on_the_pixels(digits_with_extra):
@@ -264,3 +273,75 @@ def test_the_pixel_only_classifier_matches_a_plain_network_on_the_pixels(digits_
         net[2].bias.copy_(pixels_only.c.bias)
         assert torch.allclose(net(x[:, :64]), pixels_only(x))
         assert F.cross_entropy(pixels_only(x), y) < 0.3
+
+
+def test_without_a_penalty_training_is_plain_cross_entropy(digits_with_extra):
+    # penalty = 0 adds nothing: the run is the same whether `ignored` is given or not.
+    x, y, _, ignored, plain, _ = digits_with_extra
+    with_mask = experiment.train_classifier(x, y, n_classes=10, seed=0, ignored=ignored).model
+    assert torch.equal(with_mask.c.weight, plain.c.weight)
+
+
+# -- the chapter's data and measurements -----------------------------------------------------------
+
+
+def test_the_toy_oracle_labels_from_x1_and_x2_tracks_its_label():
+    oracle = orc.Oracle(torch.tensor([True, False]), lambda z: (z[:, 0] > 0).long())
+    x, y = experiment.toy_data(oracle, 2000, gen(0))
+    assert torch.equal(y, (x[:, 0] > 0).long())
+    # x2 = 0.75 (2y - 1) + 0.5 noise: its mean is +-0.75 by class, its std 0.5.
+    for label, sign in ((0, -1), (1, 1)):
+        assert x[y == label, 1].mean().item() == pytest.approx(0.75 * sign, abs=0.05)
+        assert x[y == label, 1].std().item() == pytest.approx(0.5, abs=0.05)
+    again = experiment.toy_data(oracle, 2000, gen(0))
+    assert torch.equal(again[0], x)
+
+
+def test_digits_with_unnecessary_features_append_k_coded_columns_to_each_split():
+    digits = load_digits_split()
+    data = experiment.with_unnecessary_features(digits, 8, 1.0, seed=0)
+    assert set(data) == {"train", "val", "test"}
+    for split, (x, y) in {
+        "train": (digits.train_x, digits.train_y),
+        "val": (digits.val_x, digits.val_y),
+        "test": (digits.test_x, digits.test_y),
+    }.items():
+        assert data[split].shape == (len(x), 72)
+        assert torch.equal(data[split][:, :64], x)
+        # correlation 1: the extra columns are the class's code plus clipped noise of std 0.1
+        codes = experiment.label_codes(8, 10, pn.generator(0, experiment.CODES))
+        assert ((data[split][:, 64:] - codes[y]).abs() < 0.5).float().mean() > 0.99
+    again = experiment.with_unnecessary_features(digits, 8, 1.0, seed=0)
+    assert all(torch.equal(again[k], data[k]) for k in data)
+    other = experiment.with_unnecessary_features(digits, 8, 1.0, seed=1)
+    assert not torch.equal(other["train"], data["train"])
+
+
+def test_measure_reports_accuracy_and_the_flips_of_each_radius(digits_with_extra):
+    x, y, test_x, ignored, plain, pixels = digits_with_extra
+    digits = load_digits_split()
+    oracle = orc.Oracle(~ignored, lambda z: torch.zeros(len(z), dtype=torch.int64))
+    result = experiment.measure(plain, test_x, digits.test_y[:120], oracle, (0.5, 1.0), 10)
+    with torch.no_grad():
+        accuracy = (plain(test_x).argmax(1) == digits.test_y[:120]).float().mean().item()
+    assert result["accuracy"] == accuracy
+    assert set(result["attacks"]) == set(result["flips"]) == {0.5, 1.0}
+    for eps, attack in result["attacks"].items():
+        assert result["flips"][eps] == attack.flipped.float().mean().item()
+        assert torch.equal(attack.x_adv[:, :64], test_x[:, :64])  # the oracle's pixels stay
+    assert result["flips"][1.0] > 0
+    assert experiment.measure(pixels, test_x, digits.test_y[:120], oracle, (1.0,), 10)["flips"] == {
+        1.0: 0.0
+    }
+
+
+def test_the_penalty_is_chosen_among_the_accurate_enough_by_its_flips():
+    def result(accuracy, flips):
+        return {"accuracy": accuracy, "flips": {1.0: flips}}
+
+    validation = {0.1: result(0.95, 0.4), 0.3: result(0.94, 0.1), 1.0: result(0.90, 0.0)}
+    assert experiment.choose_penalty(validation, 0.95) == 0.3  # 1.0 is too inaccurate
+    assert experiment.choose_penalty(validation, 0.95, tolerance=0.06) == 1.0
+    tie = {0.1: result(0.95, 0.1), 0.3: result(0.95, 0.1)}
+    assert experiment.choose_penalty(tie, 0.95) == 0.1  # the smaller weight on a tie
+    assert experiment.choose_penalty(validation, 0.99) == 0.1  # none admissible: most accurate

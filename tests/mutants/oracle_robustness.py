@@ -1,8 +1,9 @@
 """Broken variants of the oracle-robustness mechanisms (papernotes.oracle_robustness).
 
-Each function patches the module in place; the chapter, run with the patch, must stop on its
-claim check. The attack looks `_attack` and `project` up in the module's globals when it runs,
-and the training loop looks up `siamese_penalty`, so they see the patch.
+Each function patches the mechanism module in place; the chapter, run with the patch, must stop
+on its claim check. The attack looks `_attack` and `project` up in the module's globals when it
+runs, and the experiment's training loop (papernotes.oracle_robustness.experiment) calls
+`oracle_robustness.siamese_penalty` through the module at every update, so they see the patch.
 """
 
 import torch
