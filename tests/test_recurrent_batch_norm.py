@@ -14,6 +14,7 @@ import torch.nn.functional as F
 
 from conftest import gen, randn
 from papernotes import recurrent_batch_norm as rbn
+from papernotes.recurrent_batch_norm import experiment
 from papernotes.training import History, generator, seeded
 
 EPS = 1e-5
@@ -188,7 +189,7 @@ def test_the_input_term_bn_of_one_pixel_is_the_standardised_pixel():
         model.weight_x.copy_(model.weight_x.sign() * (0.5 + model.weight_x.abs()))
     x = randn(50, 4, 1, seed=20, scale=0.3, shift=0.5)
     input_term = model.bn_x.all_steps(x @ model.weight_x)
-    standardised = rbn.standardize_steps(x, x)
+    standardised = experiment.standardize_steps(x, x)
     expected = standardised * (model.bn_x.gamma * model.weight_x[0].sign())
     assert torch.allclose(input_term, expected, atol=1e-3)
     assert torch.allclose(standardised.mean(0), torch.zeros(4, 1, dtype=torch.float64))
@@ -325,7 +326,9 @@ def test_bn_tanh_rnn_is_tanh_of_one_bn_on_the_summed_preactivation():
 
 def test_gradient_norms_are_those_of_autograd():
     x, labels = torch.rand(8, 6, 1, generator=gen(33)), torch.arange(8) % 3
-    norms = rbn.gradient_norms_through_time(x, labels, 0.4, hidden_size=5, n_classes=3, seed=2)
+    norms = experiment.gradient_norms_through_time(
+        x, labels, 0.4, hidden_size=5, n_classes=3, seed=2
+    )
     assert norms.shape == (7,) and norms.dtype == torch.float64
     # Recompute by hand with the same seed-fixed initialisation and noise.
     with seeded(2):
@@ -341,7 +344,9 @@ def test_gradient_norms_are_those_of_autograd():
     F.cross_entropy(readout(states[-1]), labels).backward()
     expected = torch.stack([s.grad.norm(dim=1).mean() for s in states])
     assert torch.allclose(norms, expected, atol=1e-14)
-    other = rbn.gradient_norms_through_time(x, labels, 0.4, hidden_size=5, n_classes=3, seed=3)
+    other = experiment.gradient_norms_through_time(
+        x, labels, 0.4, hidden_size=5, n_classes=3, seed=3
+    )
     assert not torch.allclose(norms, other)  # the seed matters
 
 
@@ -349,24 +354,27 @@ def test_gamma_one_makes_the_gradient_vanish_where_gamma_0_1_keeps_it():
     from papernotes.data import load_digits_split
 
     digits = load_digits_split()
-    x, labels = rbn.pixel_sequences(digits.train_x[:64]), digits.train_y[:64]
-    small = rbn.gradient_norms_through_time(x, labels, 0.1)
-    large = rbn.gradient_norms_through_time(x, labels, 1.0)
+    x, labels = experiment.pixel_sequences(digits.train_x[:64]), digits.train_y[:64]
+    small = experiment.gradient_norms_through_time(x, labels, 0.1)
+    large = experiment.gradient_norms_through_time(x, labels, 1.0)
     assert small[0] / small[-1] > 0.1
     assert large[0] / large[-1] < 1e-2
     assert small[0] > 100 * large[0]
 
 
 def test_tanh_derivative_statistics():
-    assert rbn.tanh_derivative_statistics(0.0) == (1.0, 1.0, 1.0)
-    mean, low, high = rbn.tanh_derivative_statistics(1.0, samples=200_000)
+    assert experiment.tanh_derivative_statistics(0.0) == (1.0, 1.0, 1.0)
+    mean, low, high = experiment.tanh_derivative_statistics(1.0, samples=200_000)
     # E[1 - tanh(z)^2] for z ~ N(0, 1), by quadrature.
     z = torch.linspace(-12, 12, 200_001, dtype=torch.float64)
     density = torch.exp(-(z**2) / 2) / math.sqrt(2 * math.pi)
     exact = torch.trapezoid((1 - torch.tanh(z) ** 2) * density, z).item()
     assert mean == pytest.approx(exact, abs=3e-3)
     assert low < mean < high < 1.0
-    assert rbn.tanh_derivative_statistics(3.0)[0] < rbn.tanh_derivative_statistics(0.3)[0]
+    assert (
+        experiment.tanh_derivative_statistics(3.0)[0]
+        < experiment.tanh_derivative_statistics(0.3)[0]
+    )
 
 
 # -- sequential digits ---------------------------------------------------------------------------
@@ -374,14 +382,14 @@ def test_tanh_derivative_statistics():
 
 def test_pixel_sequences_read_one_pixel_per_step():
     images = torch.arange(12, dtype=torch.float32).reshape(3, 4)
-    seq = rbn.pixel_sequences(images)
+    seq = experiment.pixel_sequences(images)
     assert seq.shape == (3, 4, 1)
     assert torch.equal(seq[1, :, 0], images[1])
     order = torch.tensor([2, 0, 3, 1])
-    assert torch.equal(rbn.pixel_sequences(images, order=order)[2, :, 0], images[2, order])
-    longer = rbn.pixel_sequences(images, steps=6)
+    assert torch.equal(experiment.pixel_sequences(images, order=order)[2, :, 0], images[2, order])
+    longer = experiment.pixel_sequences(images, steps=6)
     assert torch.equal(longer[:, :4], seq) and torch.equal(longer[:, 4:], torch.zeros(3, 2, 1))
-    assert torch.equal(rbn.pixel_sequences(images, steps=2), seq[:, :2])
+    assert torch.equal(experiment.pixel_sequences(images, steps=2), seq[:, :2])
 
 
 def test_standardize_steps_uses_the_reference_statistics_of_each_step():
@@ -389,7 +397,7 @@ def test_standardize_steps_uses_the_reference_statistics_of_each_step():
     x = randn(5, 3, 2, seed=35)
     mean, var = reference.mean(0), reference.var(0, unbiased=False)
     expected = (x - mean) / torch.sqrt(var + EPS)
-    assert torch.allclose(rbn.standardize_steps(x, reference), expected, atol=1e-12)
+    assert torch.allclose(experiment.standardize_steps(x, reference), expected, atol=1e-12)
 
 
 def test_initial_state_noise():
@@ -401,7 +409,7 @@ def test_initial_state_noise():
 
 
 def test_estimate_population_statistics_sets_each_step_to_the_batch_statistics():
-    model = rbn.SequenceClassifier(bn_lstm(max_steps=4)).double()
+    model = experiment.SequenceClassifier(bn_lstm(max_steps=4)).double()
     x = randn(30, 4, 3, seed=37)
     model.eval()
     rbn.estimate_population_statistics(model, x)
@@ -424,13 +432,13 @@ def tiny_task(n=256, steps=6, seed=38):
     return x, y
 
 
-@pytest.mark.parametrize("make", [rbn.lstm_classifier, rbn.bn_lstm_classifier])
+@pytest.mark.parametrize("make", [experiment.lstm_classifier, experiment.bn_lstm_classifier])
 def test_training_learns_a_task_that_needs_memory(make):
     x, y = tiny_task()
     val = tiny_task(seed=39)
-    kwargs = {"max_steps": 6} if make is rbn.bn_lstm_classifier else {}
+    kwargs = {"max_steps": 6} if make is experiment.bn_lstm_classifier else {}
     model = make(8, seed=1, **kwargs)
-    history = rbn.train_classifier(
+    history = experiment.train_classifier(
         model, x, y, {"val": val}, steps=120, batch_size=32, eval_every=40, population_size=64
     )
     assert isinstance(history, History) and not history.diverged
@@ -444,8 +452,8 @@ def test_a_run_follows_its_seed():
     x, y = tiny_task(n=64, steps=4)
 
     def run(seed):
-        model = rbn.bn_lstm_classifier(4, 4, seed=seed)
-        history = rbn.train_classifier(
+        model = experiment.bn_lstm_classifier(4, 4, seed=seed)
+        history = experiment.train_classifier(
             model, x, y, {"val": (x, y)}, steps=6, batch_size=16, eval_every=3, seed=seed
         )
         return history["loss"]
@@ -455,10 +463,10 @@ def test_a_run_follows_its_seed():
 
 
 def test_the_classifiers_follow_their_seed():
-    same = [rbn.lstm_classifier(4, seed=5).readout.weight for _ in range(2)]
+    same = [experiment.lstm_classifier(4, seed=5).readout.weight for _ in range(2)]
     assert torch.equal(*same)
-    other = rbn.bn_lstm_classifier(4, 3, seed=6).rnn.weight_h
-    assert not torch.equal(rbn.bn_lstm_classifier(4, 3, seed=5).rnn.weight_h, other)
+    other = experiment.bn_lstm_classifier(4, 3, seed=6).rnn.weight_h
+    assert not torch.equal(experiment.bn_lstm_classifier(4, 3, seed=5).rnn.weight_h, other)
 
 
 def test_statistics_drift_is_zero_for_constant_statistics_and_sees_a_jump():
@@ -466,11 +474,67 @@ def test_statistics_drift_is_zero_for_constant_statistics_and_sees_a_jump():
     with torch.no_grad():
         bn.running_mean.copy_(torch.tensor([1.0, 2.0, 3.0]).double().expand(5, 3))
         bn.running_var.fill_(4.0)
-    assert torch.equal(rbn.statistics_drift(bn), torch.zeros(4, dtype=torch.float64))
+    assert torch.equal(experiment.statistics_drift(bn), torch.zeros(4, dtype=torch.float64))
     with torch.no_grad():
         bn.running_mean[3:] += 1.0  # a jump of half a standard deviation between steps 2 and 3
-    drift = rbn.statistics_drift(bn)
+    drift = experiment.statistics_drift(bn)
     assert torch.allclose(drift, torch.tensor([0, 0, 0.5, 0], dtype=torch.float64))
+
+
+def classifier_with_distinct_statistics(max_steps=6):
+    """A BN-LSTM classifier whose every BN has population statistics that differ per step."""
+    model = experiment.bn_lstm_classifier(3, max_steps, seed=2).double()
+    with torch.no_grad():
+        for name in ("bn_x", "bn_h", "bn_c"):
+            bn = getattr(model.rnn, name)
+            steps = torch.arange(max_steps, dtype=torch.float64)[:, None]
+            bn.running_mean.copy_(steps.expand_as(bn.running_mean))
+            bn.running_var.copy_((1.0 + steps).expand_as(bn.running_var))
+    return model.eval()
+
+
+def test_statistics_for_first_reuses_step_k_for_the_recurrent_bns_only():
+    model = classifier_with_distinct_statistics()
+    cut = experiment.statistics_for_first(model, 2)
+    for name in experiment.RECURRENT:
+        bn = getattr(cut.rnn, name)
+        assert bn.max_steps == 2 and [bn.statistics_step(t) for t in (0, 1, 4)] == [0, 1, 1]
+    assert cut.rnn.bn_x.max_steps == 6  # the input term keeps its own
+    assert model.rnn.bn_h.max_steps == 6  # a copy: the model is untouched
+    x = randn(4, 6, 1)
+    with torch.no_grad():
+        assert not torch.allclose(cut(x), model(x))
+        assert torch.allclose(experiment.statistics_for_first(model, 6)(x), model(x))
+
+
+def test_averaged_from_replaces_later_steps_by_the_mean_of_the_earlier_ones():
+    model = classifier_with_distinct_statistics()
+    ablated = experiment.averaged_from(model, 2)
+    for name in experiment.RECURRENT:
+        bn = getattr(ablated.rnn, name)
+        assert bn.max_steps == 6
+        assert torch.equal(bn.running_mean[:2, 0], torch.tensor([0.0, 1.0]).double())
+        assert torch.equal(bn.running_mean[2:, 0], torch.full((4,), 0.5).double())  # mean of 0, 1
+        assert torch.equal(bn.running_var[2:, 0], torch.full((4,), 1.5).double())  # of 1, 2
+    assert torch.equal(ablated.rnn.bn_x.running_mean, model.rnn.bn_x.running_mean)
+    assert model.rnn.bn_h.running_mean[5, 0] == 5.0  # a copy: the model is untouched
+    # Not the paper's rule: step k - 1's statistics are not what the later steps get.
+    cut = experiment.statistics_for_first(model, 2)
+    x = randn(4, 6, 1)
+    with torch.no_grad():
+        assert not torch.allclose(ablated(x), cut(x))
+
+
+def test_shared_by_every_step_gives_every_step_the_average_over_steps():
+    model = classifier_with_distinct_statistics()
+    shared = experiment.shared_by_every_step(model)
+    for name in ("bn_x", *experiment.RECURRENT):
+        bn = getattr(shared.rnn, name)
+        assert torch.allclose(bn.running_mean, torch.full_like(bn.running_mean, 2.5))  # 0..5
+        assert torch.allclose(bn.running_var, torch.full_like(bn.running_var, 3.5))  # 1..6
+    assert model.rnn.bn_x.running_mean[0, 0] == 0.0  # a copy: the model is untouched
+    only_cell = experiment.shared_by_every_step(model, ("bn_c",))
+    assert torch.equal(only_cell.rnn.bn_h.running_mean, model.rnn.bn_h.running_mean)
 
 
 # -- bad input: one rejection per entry point ------------------------------------------------------
@@ -502,15 +566,17 @@ def test_bad_sequences_and_states_are_rejected():
 
 def test_other_entry_points_reject_bad_arguments():
     with pytest.raises(ValueError, match="permutation"):
-        rbn.pixel_sequences(torch.zeros(2, 4), order=torch.tensor([0, 0, 1, 2]))
+        experiment.pixel_sequences(torch.zeros(2, 4), order=torch.tensor([0, 0, 1, 2]))
     with pytest.raises(ValueError, match="noise"):
         rbn.initial_state(2, 3, -0.1)
     with pytest.raises(ValueError, match=r"x must have shape \(B, T, D\) with T = 4"):
-        rbn.standardize_steps(torch.zeros(2, 3, 1), torch.zeros(5, 4, 1))
+        experiment.standardize_steps(torch.zeros(2, 3, 1), torch.zeros(5, 4, 1))
     with pytest.raises(ValueError, match="labels"):
-        rbn.gradient_norms_through_time(torch.rand(3, 4, 1), torch.zeros(2).long(), 0.1)
+        experiment.gradient_norms_through_time(torch.rand(3, 4, 1), torch.zeros(2).long(), 0.1)
     with pytest.raises(ValueError, match="gamma"):
         rbn.BNTanhRNN(1, 3, gamma=-1.0)
     x, y = tiny_task(n=8, steps=2)
     with pytest.raises(ValueError, match="lr"):
-        rbn.train_classifier(rbn.lstm_classifier(4), x, y, {}, steps=1, batch_size=4, lr=0.0)
+        experiment.train_classifier(
+            experiment.lstm_classifier(4), x, y, {}, steps=1, batch_size=4, lr=0.0
+        )

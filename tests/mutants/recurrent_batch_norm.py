@@ -1,9 +1,12 @@
 """Broken variants of the BN-LSTM's per-step statistics (papernotes.recurrent_batch_norm).
 
-Each function patches StepwiseBatchNorm in place, so the BN-LSTM and every helper that goes
-through it (training, population estimates, the statistics cut) see the bug. `make mutants`
-executes the chapter once per mutant and requires a claim to fail.
+Each function patches the mechanism (StepwiseBatchNorm, or the population estimate) in place,
+so the BN-LSTM and every helper of the experiment that goes through it (training, population
+estimates, the statistics cut) see the bug. `make mutants` executes the chapter once per mutant
+and requires a claim to fail.
 """
+
+import torch
 
 from papernotes import recurrent_batch_norm as m
 
@@ -37,8 +40,26 @@ def steps_beyond_t_max_reuse_step_0():
     m.StepwiseBatchNorm.statistics_step = lambda self, t: t if t < self.max_steps else 0
 
 
+def population_statistics_averaged_over_time():
+    """The population estimate averages each BN's statistics over the time steps: one set for
+    every step, the shortcut the paper warns against (the chapter's `shared_by_every_step`
+    ablation, as a bug of the estimate)."""
+    original = m.estimate_population_statistics
+
+    def estimate_population_statistics(model, x, state=None):
+        original(model, x, state)
+        with torch.no_grad():
+            for bn in model.modules():
+                if isinstance(bn, m.StepwiseBatchNorm):
+                    bn.running_mean[:] = bn.running_mean.mean(dim=0)
+                    bn.running_var[:] = bn.running_var.mean(dim=0)
+
+    m.estimate_population_statistics = estimate_population_statistics
+
+
 MUTANTS = [
     shared_statistics,
     population_statistics_never_estimated,
     steps_beyond_t_max_reuse_step_0,
+    population_statistics_averaged_over_time,
 ]

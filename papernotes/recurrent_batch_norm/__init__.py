@@ -1,68 +1,35 @@
 r"""Recurrent Batch Normalization: batch-normalize the LSTM's step from one state to the next.
 
 Cooijmans, Ballas, Laurent, Gülçehre & Courville 2016, *Recurrent Batch Normalization*
-(ICLR 2017, arXiv:1603.09025). The module follows the paper in order. Sequences are batch-first:
-(B, T, D) in and out, states (B, H).
+(ICLR 2017, arXiv:1603.09025). The chapter (chapters/recurrent_batch_norm.ipynb, "The idea")
+derives it; this module is the mechanism alone, in the paper's order, each equation above the
+line that computes it. Sequences are batch-first: (B, T, D) in and out, states (B, H).
 
-1. **The batch-normalizing transform**, imported from the Batch Normalization chapter
-   (`papernotes.batch_norm`, the paper's Algorithm 1). For pre-activations $z$ of a minibatch,
+1. The batch-normalizing transform is the Batch Normalization chapter's
+   (`papernotes.batch_norm`: `batch_statistics` and `normalize`, its Algorithm 1).
+2. Statistics per time step (`StepwiseBatchNorm`): unrolled in time a recurrent network is a deep
+   network whose layers share weights, but its activations are not distributed alike at every
+   step, so each step has its own mean and variance while gamma and beta are shared; a step past
+   the last trained one reuses that one's population statistics.
+3. The BN-LSTM (`BNLSTM`; `LSTM` is the same LSTM without BN): the recurrent and the input term
+   normalized separately, the cell only where it is read out.
+4. gamma starts at 0.1, not 1: at 1 the tanh saturates and the gradient dies on its way back
+   through time. The paper shows it on a tanh RNN with one BN on the summed pre-activation
+   (`BNTanhRNN`, its Figure 1).
+5. The zero-variance trap of the first steps, where every example has the same state: noise on
+   h_0 while training (`initial_state`); and the test-time population statistics estimated on
+   training data (`estimate_population_statistics`).
 
-   $$\mathrm{BN}(z; \gamma, \beta) = \beta + \gamma \odot
-       \frac{z - \widehat{\mathbb{E}}[z]}{\sqrt{\widehat{\mathrm{Var}}[z] + \epsilon}},$$
-
-   with the mean and (biased) variance taken over the minibatch while training
-   (`batch_norm.batch_statistics`) and replaced by population estimates at test time;
-   `batch_norm.normalize` computes the fraction.
-
-2. **Statistics per time step.** Unrolled in time, a recurrent network is a deep network whose
-   layers share weights, but its activations are not distributed alike at every step (the
-   first steps are a transient). So $\widehat{\mathbb{E}}$ and $\widehat{\mathrm{Var}}$ are
-   estimated separately for each step $t = 1, \dots, T_{\max}$, while $\gamma, \beta$ are
-   shared. A test sequence longer than $T_{\max}$ reuses step $T_{\max}$'s population statistics
-   for every later step: the paper observes that the statistics settle to stationary values.
-
-3. **The BN-LSTM.** The recurrent term and the input term are normalized *separately*, and the
-   cell only where it is read out, never inside its own recurrence:
-
-   $$\begin{pmatrix}\tilde f_t\\ \tilde i_t\\ \tilde o_t\\ \tilde g_t\end{pmatrix}
-       = \mathrm{BN}(W_h h_{t-1}; \gamma_h, 0) + \mathrm{BN}(W_x x_t; \gamma_x, 0) + b,$$
-   $$c_t = \sigma(\tilde f_t) \odot c_{t-1} + \sigma(\tilde i_t) \odot \tanh(\tilde g_t),\qquad
-     h_t = \sigma(\tilde o_t) \odot \tanh\big(\mathrm{BN}(c_t; \gamma_c, \beta_c)\big).$$
-
-   $\beta_h = \beta_x = 0$ because the bias $b$ already shifts their sum. With a single input
-   feature (a pixel per step), $\mathrm{BN}(W_x x_t)$ is the pixel standardised with step $t$'s
-   statistics times the vector $\gamma_x \odot \mathrm{sign}(W_x)$: the input-term BN does no
-   more than an LSTM fed standardised pixels (`standardize_steps`).
-
-4. **$\gamma$ starts at 0.1, not 1.** BN fixes a pre-activation's standard deviation to $\gamma$.
-   At $\gamma = 1$ a tanh spends much of its time saturated, its derivative is small, and the
-   gradient dies on its way back through time; at $\gamma = 0.1$ the tanh works in its linear
-   range and the gradient survives. The paper shows it on a tanh RNN with a *single* BN on the
-   summed pre-activation, $h_t = \tanh(\mathrm{BN}(W_h h_{t-1} + W_x x_t; \gamma, 0))$ with
-   $W_h = I$ (its Figure 1, as its authors' code builds it): `BNTanhRNN` below.
-
-5. **Sequential digits.** The paper's sequential MNIST at the book's scale: an 8x8 digit read
-   one pixel per step (64 steps), or in a fixed random order (permuted), and classified from the
-   last hidden state. The zero-variance trap: the first pixels are blank in every image and
-   $h_0$ is the same for every example, so early pre-activations have (almost) no variance to
-   divide by; the paper injects noise into $h_0$ while training.
+The sequential-digits experiment, the gradient-flow measurements and the ablations of the
+statistics are in `papernotes.recurrent_batch_norm.experiment`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from papernotes import batch_norm, checks
-from papernotes.data import minibatches
-from papernotes.training import History, accuracy, evaluating, generator, seeded, train
-
-# Random streams of a training run, each its own generator derived from the run's seed.
-BATCHES, H0_NOISE, POPULATION_NOISE = 0, 1, 2
-
 
 # -- 1 and 2. BN with statistics per time step ---------------------------------------------------
 
@@ -115,8 +82,10 @@ class StepwiseBatchNorm(nn.Module):
             mean, variance = batch_norm.batch_statistics(z)  # mu_B, sigma^2_B of step t
             self.remember(t, mean, variance, len(z))
         else:
+            # Past T_max, step T_max's statistics: they settle to stationary values.
             row = self.statistics_step(t)
             mean, variance = self.running_mean[row], self.running_var[row]
+        # BN(z; gamma, beta) = beta + gamma * (z - E[z]) / sqrt(Var[z] + eps)
         return self.scale_and_shift(batch_norm.normalize(z, mean, variance, self.eps))
 
     def all_steps(self, z: torch.Tensor) -> torch.Tensor:
@@ -147,6 +116,7 @@ class StepwiseBatchNorm(nn.Module):
     def remember(self, rows, mean: torch.Tensor, variance: torch.Tensor, m: int) -> None:
         """Move the population estimates of `rows` (a step or a slice of steps) toward a batch's
         statistics; the variance enters unbiased, m / (m - 1) times the batch's (Algorithm 2)."""
+        # r <- (1 - momentum) r + momentum * (the batch's value)
         self.running_mean[rows].lerp_(mean, self.momentum)
         self.running_var[rows].lerp_(variance * (m / (m - 1)), self.momentum)
 
@@ -192,7 +162,8 @@ def _initial_state(state, batch: int, hidden_size: int, like: torch.Tensor):
 
 
 class BNLSTM(nn.Module):
-    """The batch-normalized LSTM of section 3 of the module docstring, one layer.
+    """The batch-normalized LSTM, one layer: the recurrent and the input term normalized
+    separately, the cell only where it is read out, never inside its own recurrence.
 
     forward(x, state=None): x (B, T, input_size), state an optional (h, c) of shape (B, H) each
     (zeros by default) -> (outputs (B, T, H), (h_T, c_T)).
@@ -214,6 +185,8 @@ class BNLSTM(nn.Module):
         self.weight_h = nn.Parameter(torch.empty(hidden_size, gates))
         self.bias = nn.Parameter(torch.empty(gates))
         _init_lstm_weights(self.weight_x, self.weight_h, self.bias)
+        # BN fixes a pre-activation's std to gamma: at 0.1 (not 1) the tanh works in its linear
+        # range and the gradient survives the way back through time.
         self.bn_x = StepwiseBatchNorm(gates, max_steps, gamma_init, shift=False)
         self.bn_h = StepwiseBatchNorm(gates, max_steps, gamma_init, shift=False)
         self.bn_c = StepwiseBatchNorm(hidden_size, max_steps, gamma_init, shift=True)
@@ -225,15 +198,19 @@ class BNLSTM(nn.Module):
         if self.training:
             _check_trainable(steps, batch, self.max_steps)
         split = 3 * self.hidden_size
-        # BN(W_x x_t) + b for every t at once: the input term does not depend on the state.
+        # BN(W_x x_t; gamma_x, 0) + b for every t at once: the input term does not depend on
+        # the state. (beta_x = beta_h = 0: the bias b already shifts their sum.)
         input_terms = self.bn_x.all_steps(x @ self.weight_x) + self.bias
         outputs = []
         # unbind, not indexing: x[:, t] would cost a gradient buffer of x's full size per step
         for t, input_term in enumerate(input_terms.unbind(1)):
+            # (f~, i~, o~, g~) = BN(W_h h_{t-1}; gamma_h, 0) + BN(W_x x_t; gamma_x, 0) + b
             gates = self.bn_h(h @ self.weight_h, t) + input_term
             f, i, o = torch.sigmoid(gates[:, :split]).chunk(3, dim=1)
             g = torch.tanh(gates[:, split:])
-            c = torch.addcmul(f * c, i, g)  # c = f c + i g: no BN inside the cell's recurrence
+            # c_t = sigma(f~) c_{t-1} + sigma(i~) tanh(g~): no BN inside the cell's recurrence
+            c = torch.addcmul(f * c, i, g)
+            # h_t = sigma(o~) tanh(BN(c_t; gamma_c, beta_c))
             h = o * torch.tanh(self.bn_c(c, t))
             outputs.append(h)
         return torch.stack(outputs, dim=1), (h, c)
@@ -288,7 +265,7 @@ class LSTM(nn.Module):
         return outputs, (h[0], c[0])
 
 
-# -- 4. Why gamma = 0.1: gradient flow through a batch-normalized tanh RNN ------------------------
+# -- 4. Why gamma = 0.1: a batch-normalized tanh RNN -------------------------------------------
 
 
 class BNTanhRNN(nn.Module):
@@ -316,6 +293,7 @@ class BNTanhRNN(nn.Module):
             raise ValueError(f"batch statistics need at least 2 examples per batch; got {batch}")
         states = [h0]
         for input_term in (x @ self.weight_x).unbind(1):
+            # z = W_h h_{t-1} + W_x x_t, one BN on the sum (the BN-LSTM has two)
             z = states[-1] @ self.weight_h + input_term
             mean, variance = batch_norm.batch_statistics(z)
             z_hat = batch_norm.normalize(z, mean, variance, self.eps)
@@ -323,89 +301,7 @@ class BNTanhRNN(nn.Module):
         return states
 
 
-def tanh_derivative_statistics(
-    std: float, samples: int = 100_000, seed: int = 0
-) -> tuple[float, float, float]:
-    """For z ~ N(0, std^2): the mean, 25th and 75th percentiles of tanh'(z) = 1 - tanh(z)^2.
-
-    The paper's Figure 1a: the wider the pre-activation, the more often the tanh saturates and
-    the smaller its expected derivative, the factor by which it passes a gradient back.
-    """
-    std = checks.number("std", std, 0.0)
-    z = std * torch.randn(checks.integer("samples", samples), generator=generator(seed))
-    derivative = 1 - torch.tanh(z.double()).square()
-    low, high = torch.quantile(derivative, torch.tensor([0.25, 0.75], dtype=torch.float64))
-    return derivative.mean().item(), low.item(), high.item()
-
-
-def gradient_norms_through_time(
-    x: torch.Tensor,
-    labels: torch.Tensor,
-    gamma: float,
-    hidden_size: int = 100,
-    h0_noise: float = 0.1,
-    n_classes: int = 10,
-    seed: int = 0,
-) -> torch.Tensor:
-    """||dL/dh_t|| for t = 0..T in a freshly initialised BNTanhRNN, in float64: shape (T + 1,).
-
-    x (B, T, D). L is the mean cross-entropy of an orthogonally initialised linear read-out of
-    h_T; the norm is taken per example and averaged over the batch (as the authors' plotting
-    code does). h_0 is `h0_noise` times standard normal noise, the paper's fix for zero-variance
-    first steps. The weights and the noise follow `seed`.
-    """
-    batch = checks.tensor("x", x, "(B, T, D)", dtype="floating")["B"]
-    checks.tensor("labels", labels, "(B,)", B=batch)
-    h0_noise = checks.number("h0_noise", h0_noise, 0.0)
-    with seeded(seed):
-        model = BNTanhRNN(x.shape[2], hidden_size, gamma).double()
-        readout = nn.Linear(hidden_size, n_classes).double()
-        nn.init.orthogonal_(readout.weight)
-        nn.init.zeros_(readout.bias)
-    h0 = h0_noise * torch.randn(batch, hidden_size, dtype=torch.float64, generator=generator(seed))
-    states = model(x.double(), h0.requires_grad_(True))
-    loss = F.cross_entropy(readout(states[-1]), labels)
-    grads = torch.autograd.grad(loss, states)
-    return torch.stack([g.norm(dim=1).mean() for g in grads])
-
-
-# -- 5. Sequential digits --------------------------------------------------------------------------
-
-
-def pixel_sequences(
-    images: torch.Tensor, steps: int | None = None, order: torch.Tensor | None = None
-) -> torch.Tensor:
-    """Flattened images (N, P) -> pixel sequences (N, T, 1), one pixel per step.
-
-    `order` (a permutation of the P pixels) reads them in another order (permuted digits).
-    `steps` < P keeps the first `steps` pixels; `steps` > P continues with blank pixels, as if
-    the digit sat at the top of a taller canvas (the longer test sequences).
-    """
-    pixels = checks.tensor("images", images, "(N, P)", dtype="floating")["P"]
-    if order is not None:
-        if sorted(torch.as_tensor(order).tolist()) != list(range(pixels)):
-            raise ValueError(f"order must be a permutation of the {pixels} pixel indices")
-        images = images[:, order]
-    steps = pixels if steps is None else checks.integer("steps", steps)
-    if steps > pixels:
-        images = torch.cat([images, images.new_zeros(len(images), steps - pixels)], dim=1)
-    return images[:, :steps, None].contiguous()
-
-
-def standardize_steps(x: torch.Tensor, reference: torch.Tensor, eps: float = 1e-5) -> torch.Tensor:
-    """x (B, T, D) with each step's features standardised by the statistics of that step over
-    `reference` (N, T, D): (x_t - mean_t) / sqrt(var_t + eps), the mean and biased variance over
-    the reference sequences.
-
-    What the input-term BN does to one-pixel inputs, done once to the data with the training
-    set's statistics (see section 3 of the module docstring).
-    """
-    sizes = checks.tensor("reference", reference, "(N, T, D)", dtype="floating")
-    steps, features = sizes["T"], sizes["D"]
-    batch = checks.tensor("x", x, "(B, T, D)", dtype="floating", T=steps, D=features)["B"]
-    mean, variance = batch_norm.batch_statistics(reference.reshape(sizes["N"], steps * features))
-    flat = x.reshape(batch, steps * features)
-    return batch_norm.normalize(flat, mean, variance, eps).view(x.shape)
+# -- 5. The initial state and the test-time statistics ------------------------------------------
 
 
 def initial_state(
@@ -416,46 +312,6 @@ def initial_state(
     noise = checks.number("noise", noise, 0.0)
     h0 = noise * torch.randn(batch, hidden_size, generator=generator)
     return h0, torch.zeros(batch, hidden_size)
-
-
-class SequenceClassifier(nn.Module):
-    """A recurrent layer (BNLSTM or LSTM) and a linear read-out of its last hidden state."""
-
-    def __init__(self, rnn: nn.Module, n_classes: int = 10):
-        super().__init__()
-        self.rnn = rnn
-        self.readout = nn.Linear(rnn.hidden_size, checks.integer("n_classes", n_classes))
-        nn.init.orthogonal_(self.readout.weight)
-        nn.init.zeros_(self.readout.bias)
-
-    @property
-    def hidden_size(self) -> int:
-        return self.rnn.hidden_size
-
-    def forward(self, x: torch.Tensor, state=None) -> torch.Tensor:
-        _, (h, _) = self.rnn(x, state)
-        return self.readout(h)
-
-
-def bn_lstm_classifier(
-    hidden_size: int = 64,
-    max_steps: int = 64,
-    gamma_init: float = 0.1,
-    *,
-    input_size: int = 1,
-    seed: int = 0,
-) -> SequenceClassifier:
-    """A sequence classifier on a BN-LSTM, its initial weights drawn from `seed`."""
-    with seeded(seed):
-        return SequenceClassifier(BNLSTM(input_size, hidden_size, max_steps, gamma_init))
-
-
-def lstm_classifier(
-    hidden_size: int = 64, *, input_size: int = 1, seed: int = 0
-) -> SequenceClassifier:
-    """A sequence classifier on the plain LSTM, its initial weights drawn from `seed`."""
-    with seeded(seed):
-        return SequenceClassifier(LSTM(input_size, hidden_size))
 
 
 @torch.no_grad()
@@ -481,87 +337,3 @@ def estimate_population_statistics(model: nn.Module, x: torch.Tensor, state=None
         for bn, momentum in zip(norms, momenta, strict=True):
             bn.momentum = momentum
         model.train(was_training)
-
-
-def evaluate(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> float:
-    """Accuracy in evaluation mode (population statistics, h_0 = 0)."""
-    with evaluating(model):
-        return accuracy(model(x), y)
-
-
-def train_classifier(
-    model: SequenceClassifier,
-    train_x: torch.Tensor,
-    train_y: torch.Tensor,
-    splits: Mapping[str, tuple[torch.Tensor, torch.Tensor]],
-    *,
-    steps: int = 150,
-    batch_size: int = 128,
-    lr: float = 1e-2,
-    clip: float = 1.0,
-    h0_noise: float = 0.1,
-    eval_every: int = 25,
-    population_size: int = 256,
-    seed: int = 0,
-) -> History:
-    """Train a classifier on sequences (N, T, D) with the paper's recipe: RMSProp (decay 0.9),
-    gradient norm clipped at `clip`, noise on h_0 while training. Returns the run's History.
-
-    Every `eval_every` updates and after the last: population statistics from the first
-    `population_size` training sequences (models with StepwiseBatchNorm only), then the accuracy
-    on each of `splits` ({"val": (x, y), ...}), logged as "val_accuracy", .... Minibatches, the
-    h_0 noise and the population-statistics noise are streams of `seed`, so two models trained
-    with one seed see the same minibatches.
-    """
-    if not isinstance(model, SequenceClassifier):
-        raise TypeError(f"model must be a SequenceClassifier; got {type(model).__name__}")
-    n = checks.tensor("train_x", train_x, "(N, T, D)", dtype="floating")["N"]
-    checks.tensor("train_y", train_y, "(N,)", N=n)
-    checks.integer("batch_size", batch_size)
-    checks.number("lr", lr, 0.0, low_open=True)
-    h0_noise = checks.number("h0_noise", h0_noise, 0.0)
-    population_size = min(checks.integer("population_size", population_size), n)
-    hidden = model.hidden_size
-    normalized = any(isinstance(m, StepwiseBatchNorm) for m in model.modules())
-    optimizer = torch.optim.RMSprop(model.parameters(), lr=lr, alpha=0.9)
-    batches = minibatches(n, batch_size, generator(seed, BATCHES))
-    noise = generator(seed, H0_NOISE)
-    population_noise = generator(seed, POPULATION_NOISE)
-
-    def loss_of_update(_: int) -> torch.Tensor:
-        index = next(batches)
-        state = initial_state(len(index), hidden, h0_noise, noise)
-        return F.cross_entropy(model(train_x[index], state), train_y[index])
-
-    def measure() -> dict[str, float]:
-        if normalized:
-            state = initial_state(population_size, hidden, h0_noise, population_noise)
-            estimate_population_statistics(model, train_x[:population_size], state)
-        return {f"{name}_accuracy": accuracy(model(x), y) for name, (x, y) in splits.items()}
-
-    return train(
-        model,
-        optimizer,
-        loss_of_update,
-        steps,
-        evaluate=measure,
-        eval_every=eval_every,
-        clip=clip,
-        desc=type(model.rnn).__name__,
-    )
-
-
-# -- Stationarity of the population statistics --------------------------------------------------
-
-
-def statistics_drift(bn: StepwiseBatchNorm) -> torch.Tensor:
-    """How far the population statistics move from one step to the next: shape (max_steps - 1,).
-
-    For steps t -> t + 1: the mean over features of |mean_{t+1} - mean_t| + |std_{t+1} - std_t|,
-    in units of each feature's typical standard deviation (its median over the steps), so that
-    features of different scales count alike.
-    """
-    mean, std = bn.running_mean, bn.running_var.clamp_min(0).sqrt()
-    scale = std.median(dim=0).values.clamp_min(1e-12)
-    change = (mean.diff(dim=0).abs() + std.diff(dim=0).abs()) / scale
-    return change.mean(dim=1)
