@@ -7,6 +7,7 @@ import torch
 
 from conftest import gen, randn
 from papernotes import continuous_adaptation as ca
+from papernotes.continuous_adaptation import experiment
 
 
 def chains64(n=3, episodes=4, goals=5, seed=0):
@@ -28,7 +29,7 @@ def learner64(inner_steps=2, seed=0):
 
 
 def test_one_actuator_weakens_linearly_from_one_to_one_minus_drift():
-    chains = ca.task_chains(50, drift=0.6, episodes=4, goals=3, generator=gen())
+    chains = experiment.task_chains(50, drift=0.6, episodes=4, goals=3, generator=gen())
     assert chains.scales.shape == (50, 4, ca.ACTUATORS)
     assert chains.goals.shape == (50, 4, 3, ca.ACTUATORS)
     weak = chains.scales[:, -1].argmin(-1)
@@ -43,20 +44,20 @@ def test_one_actuator_weakens_linearly_from_one_to_one_minus_drift():
 
 
 def test_chains_follow_their_generator():
-    a = ca.task_chains(4, generator=gen(3))
-    b = ca.task_chains(4, generator=gen(3))
-    c = ca.task_chains(4, generator=gen(4))
+    a = experiment.task_chains(4, generator=gen(3))
+    b = experiment.task_chains(4, generator=gen(3))
+    c = experiment.task_chains(4, generator=gen(4))
     assert torch.equal(a.goals, b.goals) and torch.equal(a.scales, b.scales)
     assert not torch.equal(a.goals, c.goals)
 
 
 def test_task_chains_rejects_bad_arguments():
     with pytest.raises(ValueError, match="drift"):
-        ca.task_chains(4, drift=1.0, generator=gen())
+        experiment.task_chains(4, drift=1.0, generator=gen())
     with pytest.raises(ValueError, match="episodes"):
-        ca.task_chains(4, episodes=1, generator=gen())
+        experiment.task_chains(4, episodes=1, generator=gen())
     with pytest.raises(TypeError, match="n_chains"):
-        ca.task_chains(2.5, generator=gen())
+        experiment.task_chains(2.5, generator=gen())
 
 
 # -- the task loss ---------------------------------------------------------------------------------
@@ -106,7 +107,7 @@ def test_every_adaptation_starts_from_theta():
 
 def test_execution_adapts_each_episode_from_theta_on_the_previous_episode():
     learner, chains = learner64(), chains64()
-    lived = ca.run_chains(learner, chains)
+    lived = experiment.run_chains(learner, chains)
     torch.testing.assert_close(lived.weights[:, 0], learner.W.detach().expand(3, -1, -1))
     for i in range(1, 4):
         W, b = ca.adapt(learner, chains.goals[:, i - 1], chains.scales[:, i - 1])
@@ -117,9 +118,9 @@ def test_execution_adapts_each_episode_from_theta_on_the_previous_episode():
 
 def test_tracking_carries_its_parameters_and_no_adaptation_keeps_them():
     learner, chains = learner64(), chains64()
-    still = ca.run_chains(learner, chains, adaptation="none")
+    still = experiment.run_chains(learner, chains, adaptation="none")
     assert torch.equal(still.weights[:, 0], still.weights[:, -1])
-    tracked = ca.run_chains(
+    tracked = experiment.run_chains(
         learner, chains, adaptation="tracking", tracking_lr=0.1, tracking_steps=1
     )
     W, b = learner.W.detach().expand(3, -1, -1), learner.b.detach().expand(3, -1)
@@ -205,43 +206,53 @@ def test_fixed_step_sizes_are_left_out_of_the_meta_optimizer():
 
 
 def test_meta_training_lowers_the_next_task_loss_and_follows_the_seed():
-    run = ca.meta_train(seed=0, iterations=150, goals=8, eval_every=50)
-    again = ca.meta_train(seed=0, iterations=150, goals=8, eval_every=50)
+    run = experiment.meta_train(seed=0, iterations=150, goals=8, eval_every=50)
+    again = experiment.meta_train(seed=0, iterations=150, goals=8, eval_every=50)
     assert run.history.steps == [50, 100, 150]
-    assert torch.equal(run.learner.W, again.learner.W)
-    held_out = ca.task_chains(64, goals=8, generator=gen(9))
-    untrained = ca.meta_train(seed=0, iterations=1, goals=8)
+    assert torch.equal(run.model.W, again.model.W)
+    held_out = experiment.task_chains(64, goals=8, generator=gen(9))
+    untrained = experiment.meta_train(seed=0, iterations=1, goals=8)
     with torch.no_grad():
-        before = ca.meta_loss(untrained.learner, held_out).item()
-        after = ca.meta_loss(run.learner, held_out).item()
+        before = ca.meta_loss(untrained.model, held_out).item()
+        after = ca.meta_loss(run.model, held_out).item()
     assert after < 0.7 * before
-    assert not torch.equal(run.learner.alpha_W, untrained.learner.alpha_W)
+    assert not torch.equal(run.model.alpha_W, untrained.model.alpha_W)
 
 
 def test_no_adaptation_fits_a_fixed_policy_near_the_identity():
-    run = ca.train_no_adaptation(seed=0, iterations=300, goals=8, lr=0.03)
+    run = experiment.train_no_adaptation(seed=0, iterations=300, goals=8, lr=0.03)
     # one actuator in four weakens, so the best fixed gains sit a little above 1
-    diagonal = run.learner.W.detach().diagonal()
+    diagonal = run.model.W.detach().diagonal()
     assert ((diagonal > 0.95) & (diagonal < 1.4)).all()
 
 
 def test_training_entry_points_reject_bad_arguments():
     with pytest.raises(ValueError, match="iterations"):
-        ca.meta_train(seed=0, iterations=0)
+        experiment.meta_train(seed=0, iterations=0)
     with pytest.raises(TypeError, match="next_task"):
-        ca.meta_train(seed=0, next_task=1)
+        experiment.meta_train(seed=0, next_task=1)
     with pytest.raises(ValueError, match="inner_steps"):
         ca.MetaLearner(inner_steps=0)
     with pytest.raises(ValueError, match="lr"):
-        ca.train_no_adaptation(seed=0, lr=-0.1)
+        experiment.train_no_adaptation(seed=0, lr=-0.1)
 
 
 def test_run_chains_rejects_bad_arguments():
-    learner, chains = ca.MetaLearner(), ca.task_chains(2, generator=gen())
+    learner, chains = ca.MetaLearner(), experiment.task_chains(2, generator=gen())
     with pytest.raises(ValueError, match="adaptation"):
-        ca.run_chains(learner, chains, adaptation="maml")
+        experiment.run_chains(learner, chains, adaptation="maml")
     with pytest.raises(TypeError, match="MetaLearner"):
-        ca.run_chains(ca.Policy(), chains)
+        experiment.run_chains(experiment.Policy(), chains)
     bad = ca.Chains(chains.scales[..., :3], chains.goals[..., :3])
     with pytest.raises(ValueError, match="chains.goals"):
-        ca.run_chains(learner, bad)
+        experiment.run_chains(learner, bad)
+
+
+def test_step_size_summary_is_the_mean_diagonal_step_size_per_inner_step():
+    learner = ca.MetaLearner(inner_steps=2, step_size=0.5)
+    with torch.no_grad():
+        learner.alpha_W[1] = torch.full((ca.ACTUATORS, ca.ACTUATORS), 9.0)  # off-diagonal too
+        learner.alpha_W[1].diagonal().copy_(torch.tensor([1.0, 2.0, 3.0, 6.0]))
+    assert experiment.step_size_summary(learner) == pytest.approx([0.5, 3.0])
+    with pytest.raises(TypeError, match="learner"):
+        experiment.step_size_summary(experiment.Policy())

@@ -1,13 +1,16 @@
 """Broken variants of continuous adaptation via meta-learning (papernotes.continuous_adaptation).
 
-Each function patches the module in place; the chapter, run with the patch, must stop on its
-claim check. The module's functions read `adapt`, `next_task_targets`, `meta_parameters` and
-`run_chains` from its globals when called, so meta-training and execution both see the patch.
+Each function patches the module where the name lives (the mechanism, or its experiment for
+`run_chains`); the chapter, run with the patch, must stop on its claim check. The mechanism's
+functions read `adapt` and `next_task_targets` from its globals, and the experiment calls
+`adapt`, `meta_parameters` and `task_loss` through the module when called, so meta-training and
+execution both see the patch.
 """
 
 import torch
 
 from papernotes import continuous_adaptation as m
+from papernotes.continuous_adaptation import experiment
 
 
 def judged_on_the_same_task():
@@ -39,7 +42,7 @@ def first_order_meta_gradient():
 
 def chained_from_the_previous_phi():
     """At execution each episode adapts from the previous episode's phi instead of from theta."""
-    original = m.run_chains
+    original = experiment.run_chains
 
     def run_chains(policy, chains, *, adaptation="meta", **kwargs):
         if adaptation != "meta":
@@ -59,9 +62,9 @@ def chained_from_the_previous_phi():
                 W, b = W0.detach(), b0.detach()
             losses.append(m.task_loss(W, b, chains.goals[:, i], chains.scales[:, i]).detach())
             weights.append(W)
-        return m.Episodes(torch.stack(losses, 1), torch.stack(weights, 1))
+        return experiment.Episodes(torch.stack(losses, 1), torch.stack(weights, 1))
 
-    m.run_chains = run_chains
+    experiment.run_chains = run_chains
 
 
 def step_sizes_never_learned():
