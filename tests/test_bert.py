@@ -1,5 +1,6 @@
-"""Unit tests of papernotes.bert: the masking, the encoder's two attention modes, the losses, the
-bracket language, pre-training and the probe."""
+"""Unit tests of papernotes.bert (the masking, the encoder's two attention modes, the losses) and
+papernotes.bert.experiment (the bracket language, pre-training, the probe and the
+measurements)."""
 
 import math
 
@@ -8,12 +9,13 @@ import torch
 import torch.nn.functional as F
 
 from conftest import gen
-from papernotes import bert
-from papernotes.bert import CLOSE, CLS, IGNORE, MASK, OPEN, PAD, SEP, SPECIAL_IDS, VOCAB_SIZE
+from papernotes import bert, training
+from papernotes.bert import CLS, IGNORE, MASK, PAD, SEP, SPECIAL_IDS, experiment
+from papernotes.bert.experiment import CLOSE, OPEN, VOCAB_SIZE
 
 
 def corpus(n=4000, seed=0, **kwargs):
-    return bert.dyck_sequences(n, generator=gen(seed), **kwargs)
+    return experiment.dyck_sequences(n, generator=gen(seed), **kwargs)
 
 
 def within(share, p, n, k=5.0):
@@ -71,14 +73,14 @@ def test_special_tokens_are_never_selected():
 def test_masking_shares_read_back_the_papers_mix():
     tokens = corpus(20000)
     inputs, labels = bert.mask_tokens(tokens, MASK, VOCAB_SIZE, 0.15, gen(4), SPECIAL_IDS)
-    shares = bert.masking_shares(tokens, inputs, labels)
-    expected = bert.expected_shares()
+    shares = experiment.masking_shares(tokens, inputs, labels)
+    expected = experiment.expected_shares()
     assert expected["other token"] == pytest.approx(0.1 * 5 / 6)
     assert within(shares["selected"], 0.15, shares["eligible"])
     for name in ("mask", "other token", "unchanged"):
         assert within(shares[name], expected[name], shares["selected_count"]), name
     # With the mask never applied the shares give it away.
-    bare = bert.masking_shares(tokens, tokens, labels)
+    bare = experiment.masking_shares(tokens, tokens, labels)
     assert bare["mask"] == 0.0 and bare["unchanged"] == 1.0
 
 
@@ -113,11 +115,44 @@ def test_mask_tokens_rejects_bad_input():
         bert.mask_tokens(corpus(4), VOCAB_SIZE, VOCAB_SIZE)
 
 
+def test_the_core_of_mask_tokens_is_mask_tokens_without_its_checks():
+    tokens = corpus(200)
+    ordinary = torch.tensor(OPEN + CLOSE)
+    core = bert._mask_tokens(tokens, MASK, ordinary, 0.3, gen(11), SPECIAL_IDS, 0.8, 0.1)
+    checked = bert.mask_tokens(tokens, MASK, VOCAB_SIZE, 0.3, gen(11), SPECIAL_IDS)
+    assert torch.equal(core[0], checked[0]) and torch.equal(core[1], checked[1])
+
+
+def test_masking_z_counts_selected_among_eligible_and_the_rest_among_selected():
+    expected = experiment.expected_shares()
+    shares = {"eligible": 10000, "selected_count": 1500, **expected}
+    assert all(v == 0.0 for v in experiment.masking_z(shares, expected).values())
+    shares |= {"selected": 0.16, "mask": 0.82}
+    z = experiment.masking_z(shares, expected)
+    assert z["selected"] == pytest.approx(0.01 / math.sqrt(0.15 * 0.85 / 10000))
+    assert z["mask"] == pytest.approx(0.02 / math.sqrt(0.8 * 0.2 / 1500))
+    assert z["other token"] == 0.0 and z["unchanged"] == 0.0
+    # the paper's masking, read back from a large corpus, is within a few standard errors
+    tokens = corpus(20000)
+    inputs, labels = bert.mask_tokens(tokens, MASK, VOCAB_SIZE, 0.15, gen(12), SPECIAL_IDS)
+    assert (
+        max(
+            experiment.masking_z(
+                experiment.masking_shares(tokens, inputs, labels), expected
+            ).values()
+        )
+        < 4
+    )
+    # a masking that hides nothing is far off
+    bare = experiment.masking_shares(tokens, tokens, labels)
+    assert experiment.masking_z(bare, expected)["mask"] > 100
+
+
 # -- the encoder ----------------------------------------------------------------------------------
 
 
 def encoder(causal, seed=0):
-    return bert.new_encoder(causal=causal, seed=seed, max_len=22)
+    return experiment.new_encoder(causal=causal, seed=seed, max_len=22)
 
 
 def test_causal_features_ignore_the_right_and_bidirectional_ones_do_not():
@@ -142,8 +177,8 @@ def test_the_causal_mask_is_torchs_square_subsequent_mask():
 
 def test_influence_is_zero_above_the_diagonal_only_for_the_causal_encoder():
     tokens = corpus(16, min_pairs=10)
-    causal = bert.influence(encoder(True), tokens, gen(8))
-    both = bert.influence(encoder(False), tokens, gen(8))
+    causal = experiment.influence(encoder(True), tokens, gen(8))
+    both = experiment.influence(encoder(False), tokens, gen(8))
     assert causal.shape == (22, 22)
     upper = torch.ones(22, 22, dtype=torch.bool).triu(1)
     assert causal[upper].abs().max().item() < 1e-5
@@ -155,7 +190,7 @@ def test_padding_does_not_leak_into_the_features():
     tokens = corpus(8)
     longer = torch.cat([tokens, torch.full((8, 6), PAD)], 1)
     for causal in (True, False):
-        model = bert.new_encoder(causal=causal, seed=1, max_len=28)
+        model = experiment.new_encoder(causal=causal, seed=1, max_len=28)
         real = tokens != PAD
         a, b = model.features(tokens), model.features(longer)[:, :22]
         assert torch.allclose(a[real], b[real], atol=1e-5)
@@ -180,9 +215,9 @@ def test_encoder_rejects_bad_input():
     with pytest.raises(ValueError, match="tokens must have at most max_len"):
         encoder(False).features(torch.ones(2, 30, dtype=torch.long))
     with pytest.raises(ValueError, match="d_model must be a multiple of n_heads"):
-        bert.Encoder(causal=False, d_model=30, n_heads=4)
+        bert.Encoder(causal=False, vocab_size=VOCAB_SIZE, d_model=30, n_heads=4)
     with pytest.raises(TypeError, match="causal must be True or False"):
-        bert.Encoder(causal=1)
+        bert.Encoder(causal=1, vocab_size=VOCAB_SIZE)
 
 
 # -- the losses -----------------------------------------------------------------------------------
@@ -240,7 +275,13 @@ def test_dyck_sequences_follow_the_generator_and_reject_bad_sizes():
     assert torch.equal(corpus(50, seed=1), corpus(50, seed=1))
     assert not torch.equal(corpus(50, seed=1), corpus(50, seed=2))
     with pytest.raises(ValueError, match="min_pairs must be at most"):
-        bert.dyck_sequences(5, max_pairs=3, min_pairs=4)
+        experiment.dyck_sequences(5, max_pairs=3, min_pairs=4)
+
+
+def test_spell_writes_the_symbols_without_padding():
+    o, c = OPEN, CLOSE
+    assert experiment.spell([CLS, o[0], o[2], c[2], c[0], SEP, PAD, PAD]) == "C({})S"
+    assert experiment.spell(torch.tensor([CLS, o[1], c[1], SEP])) == "C[]S"
 
 
 # -- the probe ------------------------------------------------------------------------------------
@@ -249,26 +290,26 @@ def test_dyck_sequences_follow_the_generator_and_reject_bad_sizes():
 def test_probe_set_by_hand():
     o, c = OPEN, CLOSE  # ( [ {  and  ) ] }
     tokens = torch.tensor([[CLS, o[0], c[0], o[1], o[2], c[2], c[1], SEP, PAD]])
-    rows, cols, labels = bert.probe_set(tokens)
+    rows, cols, labels = experiment.probe_set(tokens)
     assert cols.tolist() == [1, 3, 4] and rows.tolist() == [0, 0, 0]
     assert labels.tolist() == [1, 0, 1]
     with pytest.raises(ValueError, match="tokens must have shape"):
-        bert.probe_set(tokens[0])
+        experiment.probe_set(tokens[0])
 
 
 def test_majority_accuracy_by_hand():
-    assert bert.majority_accuracy(torch.tensor([1, 1, 0]), torch.tensor([1, 0, 0, 0])) == 0.25
-    assert bert.majority_accuracy(torch.tensor([0, 0, 1]), torch.tensor([1, 0, 0, 0])) == 0.75
+    assert experiment.majority_accuracy(torch.tensor([1, 1, 0]), torch.tensor([1, 0, 0, 0])) == 0.25
+    assert experiment.majority_accuracy(torch.tensor([0, 0, 1]), torch.tensor([1, 0, 0, 0])) == 0.75
 
 
 def test_train_probe_learns_a_separable_problem():
     x = torch.randn(400, 6, generator=gen(10))
     y = (x[:, 2] > 0).long()
-    run = bert.train_probe(x[:300], y[:300], x[300:], y[300:], seed=0, steps=200)
+    run = experiment.train_probe(x[:300], y[:300], x[300:], y[300:], seed=0, steps=200)
     assert run.history.steps == [200]
     assert run.history.final("val_accuracy") > 0.95
     with pytest.raises(ValueError, match="train_y must have shape"):
-        bert.train_probe(x, y[:10], x, y, seed=0)
+        experiment.train_probe(x, y[:10], x, y, seed=0)
 
 
 # -- pre-training ---------------------------------------------------------------------------------
@@ -276,7 +317,7 @@ def test_train_probe_learns_a_separable_problem():
 
 def test_pretrain_keeps_snapshots_and_lowers_the_loss():
     tokens, val = corpus(512), corpus(64, seed=1)
-    run = bert.pretrain(
+    run = experiment.pretrain(
         tokens,
         val,
         causal=False,
@@ -297,4 +338,71 @@ def test_pretrain_keeps_snapshots_and_lowers_the_loss():
     with pytest.raises(ValueError, match="step must be one of"):
         run.at(30)
     with pytest.raises(ValueError, match="val must have shape"):
-        bert.pretrain(tokens, val[:, :10], causal=True, seed=0, steps=1)
+        experiment.pretrain(tokens, val[:, :10], causal=True, seed=0, steps=1)
+
+
+def test_pretrain_returns_a_training_run():
+    run = experiment.pretrain(
+        corpus(64),
+        corpus(16, seed=1),
+        causal=True,
+        seed=0,
+        steps=2,
+        eval_every=1,
+        d_model=8,
+        n_heads=2,
+        n_layers=1,
+        d_ff=8,
+    )
+    assert isinstance(run, training.Run) and run.history.steps == [1, 2]
+
+
+def test_the_probe_standardises_on_the_training_features():
+    x = 3.0 + 2.0 * torch.randn(200, 4, generator=gen(13))
+    y = (x[:, 0] > 3.0).long()
+    run = experiment.train_probe(x[:150], y[:150], x[150:], y[150:], seed=0, steps=50)
+    assert isinstance(run, training.Run) and isinstance(run.model, torch.nn.Linear)
+    by_hand = (x[150:] - x[:150].mean(0)) / (x[:150].std(0) + 1e-6)
+    assert torch.allclose(run.standardize(x[150:]), by_hand)
+    with torch.no_grad():
+        expected = (run.model(by_hand).argmax(1) == y[150:]).float().mean().item()
+    assert run.accuracy(x[150:], y[150:]) == pytest.approx(expected)
+    assert run.history.final("val_accuracy") == run.accuracy(x[150:], y[150:])
+
+
+def test_probe_accuracy_trains_on_train_validates_on_validation_and_tests_on_test():
+    model = encoder(False)
+    tokens = {
+        name: corpus(40, seed=s) for name, s in (("train", 1), ("validation", 2), ("test", 3))
+    }
+    items = {name: experiment.probe_set(t) for name, t in tokens.items()}
+    features = {
+        name: experiment.probe_features(model, tokens[name], rows, cols)
+        for name, (rows, cols, _) in items.items()
+    }
+    run = experiment.train_probe(
+        features["train"], items["train"][2], features["validation"], items["validation"][2], seed=0
+    )
+    val, test = experiment.probe_accuracy(model, tokens, items, seed=0)
+    assert val == run.history.final("val_accuracy")
+    assert test == run.accuracy(features["test"], items["test"][2])
+
+
+def test_difference_noise_is_k_standard_errors_of_a_difference_of_accuracies():
+    assert experiment.difference_noise(0.9, 0.6, 100) == pytest.approx(
+        3 * math.sqrt((0.9 * 0.1 + 0.6 * 0.4) / 100)
+    )
+    assert experiment.difference_noise(1.0, 0.0, 50) == 0.0
+    assert experiment.difference_noise(0.5, 0.5, 100, standard_errors=2) == pytest.approx(
+        2 * math.sqrt(0.5 / 100)
+    )
+
+
+def test_influence_by_side_by_hand():
+    moved = torch.arange(16.0).view(4, 4)  # entry (i, j) = 4 i + j
+    sides = experiment.influence_by_side(moved)
+    assert sides["left"] == pytest.approx((4 + 8 + 9 + 12 + 13 + 14) / 6)
+    assert sides["right"] == pytest.approx((1 + 2 + 3 + 6 + 7 + 11) / 6)
+    assert sides["next"] == pytest.approx((1 + 6 + 11) / 3)
+    causal = experiment.influence(encoder(True), corpus(8, min_pairs=10), gen(14))
+    assert experiment.influence_by_side(causal)["right"] < 1e-6

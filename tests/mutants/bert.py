@@ -1,8 +1,9 @@
 """Broken variants of BERT's mechanism (papernotes.bert).
 
-Each function patches the module in place; the chapter, run with the patch, must stop on its
-claim check. The encoder reads `attention_mask`, and the losses read `mask_tokens` and
-`choose_masking`, from the module's globals when called, so pre-training sees the patch.
+Each function patches the mechanism's module in place; the chapter, run with the patch, must stop
+on its claim check. The encoder reads `attention_mask`, and the losses read `mask_tokens` and
+`choose_masking`, from the module's globals when called, and the experiment
+(papernotes.bert.experiment) calls the losses through the module, so pre-training sees the patch.
 """
 
 import torch
