@@ -15,7 +15,8 @@ Every function reads `upsample`, `hypercolumns` and `interpolation_weights` from
 when called, and the experiment reads `select` and `hypercolumns` through the module, so a
 patched module (tests/mutants/hypercolumns.py) is seen everywhere. Arguments are checked at the
 entry points (`hypercolumns`, `select`, `LocationClassifier`, `classify_then_upsample`); the
-helpers below them trust their input.
+cores below them (`stack`, `LocationClassifier.classify`, `classify_coarse`), which the chapter
+shows, trust their input.
 """
 
 from __future__ import annotations
@@ -54,6 +55,11 @@ def hypercolumns(
     size = _size(size)
     maps = _check_maps(feature_maps)
     checks.boolean("align_corners", align_corners)
+    return stack(maps, size, align_corners)
+
+
+def stack(maps: Sequence[torch.Tensor], size: tuple[int, int], align_corners: bool = False):
+    """The hypercolumns of checked maps: each upsampled to `size`, concatenated in order."""
     # h_i = [f^(1)_i; f^(2)_i; ...; f^(L)_i]
     return torch.cat([upsample(m, size, align_corners) for m in maps], dim=1)
 
@@ -146,6 +152,11 @@ class LocationClassifier(nn.Module):
     def forward(self, h: torch.Tensor) -> torch.Tensor:
         """Logits (B, n, H, W) of hypercolumn maps (B, D, H, W): upsample, then classify."""
         checks.tensor("h", h, "(B, D, H, W)", D=self.n_features, dtype="floating")
+        return self.classify(h)
+
+    def classify(self, h: torch.Tensor) -> torch.Tensor:
+        """`forward` on checked hypercolumn maps: every cell's classifier at every pixel, mixed
+        by the pixel's bilinear weights among the cell centres."""
         beta = interpolation_weights(self.grid, tuple(h.shape[-2:])).to(h.dtype)  # (K^2, H, W)
         # y_i = sum_k beta_ik (W_k h_i + b_k)
         return torch.einsum("khw,bkohw->bohw", beta, self.per_cell(h))
@@ -173,11 +184,22 @@ def classify_then_upsample(
     Equal to `classifier(hypercolumns(feature_maps, size))` by linearity."""
     size = _size(size)
     maps = _check_maps(feature_maps)
+    checks.boolean("align_corners", align_corners)
     total = sum(m.shape[1] for m in maps)
     if total != classifier.n_features:
         raise ValueError(
             f"feature_maps hold {total} channels; the classifier takes {classifier.n_features}"
         )
+    return classify_coarse(classifier, maps, size, align_corners)
+
+
+def classify_coarse(
+    classifier: LocationClassifier,
+    maps: Sequence[torch.Tensor],
+    size: tuple[int, int],
+    align_corners: bool = False,
+) -> torch.Tensor:
+    """`classify_then_upsample` on checked maps: classify each coarse map, then upsample."""
     k2, n = classifier.grid**2, classifier.n_outputs
     # W sum_k alpha_ik F_k = sum_k alpha_ik (W F_k), block by block over the layers:
     # sum_l upsample(W^(l) F^(l)) + b

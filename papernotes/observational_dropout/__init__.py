@@ -11,9 +11,9 @@ world, and the task loss, in that order. The environment, the training runs and 
 measurements of the emergent model are in `papernotes.observational_dropout.experiment`.
 
 Entry points check their arguments (`WorldModel`, `peek_mask`, `rollout`); the helpers below
-them trust their input. Functions read each other from the module's globals when called, and
-the experiment calls them through the module, so a patched module
-(tests/mutants/observational_dropout.py) is seen everywhere.
+them (`unroll`, which the chapter shows, and `next_seen`) trust their input. Functions read each
+other from the module's globals when called, and the experiment calls them through the module,
+so a patched module (tests/mutants/observational_dropout.py) is seen everywhere.
 """
 
 from __future__ import annotations
@@ -80,6 +80,12 @@ def rollout(controller, model, observations, peeks):
     """
     b, t = checks.tensor("observations", observations, "(B, T, 2)", dtype="floating").values()
     checks.tensor("peeks", peeks, "(B, T)", B=b, T=t, dtype=torch.bool)
+    return unroll(controller, model, observations, peeks)
+
+
+def unroll(controller, model, observations, peeks):
+    """`rollout` on checked episodes: the agent acts on what it sees, step by step."""
+    t = observations.shape[1]
     # o^_0 = o_0
     seen = observations[:, 0]
     actions, inputs = [], []
