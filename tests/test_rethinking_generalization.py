@@ -1,13 +1,16 @@
-"""Tests of papernotes.rethinking_generalization: label corruption, input randomizations, the
-randomization test's loop, and the Theorem 1 construction."""
+"""Tests of papernotes.rethinking_generalization and its experiment: label corruption, input
+randomizations, the randomization test's loop, the Theorem 1 construction and its ablation, and
+the chapter's measurements."""
 
 import math
 
 import pytest
 import torch
 
+import papernotes as pn
 from conftest import gen, randn
 from papernotes import rethinking_generalization as rg
+from papernotes.rethinking_generalization import experiment
 from papernotes.training import accuracy
 
 # -- corrupt_labels -------------------------------------------------------------------------------
@@ -157,7 +160,9 @@ def test_randomized_digits_rejects_bad_arguments():
 def test_the_loop_measures_every_epoch_and_stops_at_the_first_perfect_one():
     train_x, train_y, test_x, test_y = small_digits()
     data = rg.RandomizedDigits(train_x, train_y, test_x, test_y, corruption=1.0, num_classes=4)
-    run = rg.randomization_test(data, seed=0, max_epochs=200, batch_size=10, hidden=64, lr=3e-3)
+    run = experiment.randomization_test(
+        data, seed=0, max_epochs=200, batch_size=10, hidden=64, lr=3e-3
+    )
     assert run.updates_per_epoch == 6
     assert run.history.steps == [6 * e for e in range(1, len(run.history.steps) + 1)]
     assert run.epochs == list(range(1, len(run.epochs) + 1))
@@ -171,7 +176,7 @@ def test_the_loop_measures_every_epoch_and_stops_at_the_first_perfect_one():
 def test_a_run_that_never_fits_reports_none():
     train_x, train_y, test_x, test_y = small_digits()
     data = rg.RandomizedDigits(train_x, train_y, test_x, test_y, corruption=1.0, num_classes=4)
-    run = rg.randomization_test(data, max_epochs=2, batch_size=10, hidden=8)
+    run = experiment.randomization_test(data, max_epochs=2, batch_size=10, hidden=8)
     assert run.epochs_to_fit is None and len(run.epochs) == 2
 
 
@@ -179,21 +184,21 @@ def test_randomization_test_rejects_bad_arguments():
     train_x, train_y, test_x, test_y = small_digits()
     data = rg.RandomizedDigits(train_x, train_y, test_x, test_y, num_classes=4)
     with pytest.raises(TypeError, match="data"):
-        rg.randomization_test((train_x, train_y))
+        experiment.randomization_test((train_x, train_y))
     with pytest.raises(ValueError, match="batch_size"):
-        rg.randomization_test(data, batch_size=100)
+        experiment.randomization_test(data, batch_size=100)
     with pytest.raises(ValueError, match="max_epochs"):
-        rg.randomization_test(data, max_epochs=0)
+        experiment.randomization_test(data, max_epochs=0)
 
 
 def test_distinct_subset_drops_duplicates_before_drawing():
     x = torch.tensor([[0.0, 1.0], [2.0, 3.0], [0.0, 1.0], [4.0, 5.0], [2.0, 3.0]])
     y = torch.tensor([0, 1, 2, 3, 4])
     assert rg.first_occurrences(x).tolist() == [0, 1, 3]
-    sub_x, sub_y = rg.distinct_subset(x, y, 3, gen(15))
+    sub_x, sub_y = experiment.distinct_subset(x, y, 3, gen(15))
     assert torch.equal(sub_x, x[[0, 1, 3]]) and sub_y.tolist() == [0, 1, 3]
     with pytest.raises(ValueError, match="n must be at most the 3 distinct"):
-        rg.distinct_subset(x, y, 4)
+        experiment.distinct_subset(x, y, 4)
 
 
 # -- Theorem 1: finite-sample expressivity ---------------------------------------------------------
@@ -204,8 +209,10 @@ def test_the_construction_fits_random_labellings_of_random_points(n, d):
     x = randn(n, d, seed=n + d)
     for y in (torch.randint(10, (n,), generator=gen(n)).double(), randn(n, seed=d, scale=5.0)):
         net = rg.finite_sample_expressivity(x, y, gen(d))
-        assert rg.parameter_count(net) == 2 * n + d
-        assert rg.max_fit_error(net, x, y) < 1e-6  # rounding only: a wrong fit is off by units
+        assert experiment.parameter_count(net) == 2 * n + d
+        assert (
+            experiment.max_fit_error(net, x, y) < 1e-6
+        )  # rounding only: a wrong fit is off by units
 
 
 def test_the_network_is_the_papers_two_layer_relu_network():
@@ -255,8 +262,8 @@ def test_duplicate_points_with_one_label_count_once():
     y = torch.arange(10, dtype=torch.float64)
     y[7] = y[2]
     net = rg.finite_sample_expressivity(x, y, gen(25))
-    assert rg.parameter_count(net) == 2 * 9 + 3
-    assert rg.max_fit_error(net, x, y) < 1e-9
+    assert experiment.parameter_count(net) == 2 * 9 + 3
+    assert experiment.max_fit_error(net, x, y) < 1e-9
 
 
 def test_the_construction_rejects_bad_shapes():
@@ -273,10 +280,49 @@ def test_the_construction_rejects_bad_shapes():
 def test_the_ablation_without_interleaving_fits_affine_functions_of_z_only():
     x = randn(60, 5, seed=31)
     random_labels = torch.randint(10, (60,), generator=gen(32)).double()
-    ablation = rg.least_squares_network(x, random_labels, rg.biases_below_the_points, gen(33))
-    assert rg.parameter_count(ablation) == 2 * 60 + 5
-    assert rg.max_fit_error(ablation, x, random_labels) > 0.5
+    ablation = experiment.least_squares_network(
+        x, random_labels, experiment.biases_below_the_points, gen(33)
+    )
+    assert experiment.parameter_count(ablation) == 2 * 60 + 5
+    assert experiment.max_fit_error(ablation, x, random_labels) > 0.5
     z = x @ rg.projection_direction(x, gen(33))
     affine = 3.0 * z + 1.0  # the ablation's A = z 1^T - 1 b^T has rank 2: affine in z it can do
-    ablation = rg.least_squares_network(x, affine, rg.biases_below_the_points, gen(33))
-    assert rg.max_fit_error(ablation, x, affine) < 1e-8
+    ablation = experiment.least_squares_network(
+        x, affine, experiment.biases_below_the_points, gen(33)
+    )
+    assert experiment.max_fit_error(ablation, x, affine) < 1e-8
+
+
+def test_the_network_is_depth_hidden_relu_layers_built_in_order_under_the_seed():
+    # The same weights as nn.Linear layers made one after another under the seed, ReLU between.
+    train_x, train_y, test_x, test_y = small_digits()
+    data = rg.RandomizedDigits(train_x, train_y, test_x, test_y, num_classes=4)
+    run = experiment.randomization_test(
+        data, seed=3, max_epochs=1, batch_size=60, hidden=8, lr=1e-9
+    )
+    torch.manual_seed(3)
+    expected = [torch.nn.Linear(a, b) for a, b in [(train_x.shape[1], 8), (8, 8), (8, 4)]]
+    linear = [m for m in run.model if isinstance(m, torch.nn.Linear)]
+    d = train_x.shape[1]
+    assert [(m.in_features, m.out_features) for m in linear] == [(d, 8), (8, 8), (8, 4)]
+    assert sum(isinstance(m, torch.nn.ReLU) for m in run.model) == 2
+    for got, want in zip(linear, expected, strict=True):
+        assert torch.allclose(got.weight, want.weight, atol=1e-6)  # one step of lr 1e-9 only
+    assert isinstance(run, pn.training.Run) and run.data is data
+
+
+def test_capped_epochs_counts_a_run_that_never_fits_as_one_past_the_cap():
+    train_x, train_y, test_x, test_y = small_digits()
+    data = rg.RandomizedDigits(train_x, train_y, test_x, test_y, corruption=1.0, num_classes=4)
+    never = experiment.randomization_test(data, max_epochs=2, batch_size=10, hidden=8)
+    assert experiment.capped_epochs(never, 2) == 3
+    never.epochs_to_fit = 2
+    assert experiment.capped_epochs(never, 2) == 2
+
+
+def test_rank_of_A_is_n_for_the_construction_and_two_for_the_ablation():
+    x = randn(40, 5, seed=34)
+    y = torch.randint(10, (40,), generator=gen(35)).double()
+    assert experiment.rank_of_A(rg.finite_sample_expressivity(x, y, gen(36)), x) == 40
+    ablation = experiment.least_squares_network(x, y, experiment.biases_below_the_points, gen(36))
+    assert experiment.rank_of_A(ablation, x) == 2

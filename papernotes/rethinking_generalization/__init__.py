@@ -1,65 +1,37 @@
 r"""Understanding deep learning requires rethinking generalization.
 
-Zhang, Bengio, Hardt, Recht & Vinyals, ICLR 2017 (arXiv:1611.03530). The module follows the
-paper in order.
+Zhang, Bengio, Hardt, Recht & Vinyals, ICLR 2017 (arXiv:1611.03530). The paper trains the same
+networks, with no explicit regulariser, on training sets whose information is destroyed step by
+step (labels replaced at random, pixels shuffled or replaced by noise) and finds that they fit
+every one of them to zero training error, only somewhat more slowly, while the test error goes
+to chance: the capacity to memorise is there, so what makes networks generalise is not their
+size alone. It backs this with a construction: a two-layer ReLU network with 2n + d weights fits
+any labelling of any n points (Theorem 1). The chapter (chapters/rethinking_generalization.ipynb,
+"The idea") derives both; this module holds the randomizations, each drawn once before training,
+and the Theorem 1 construction, in the paper's order, each equation in a comment above the lines
+that compute it.
 
-1. **Randomization tests** (the paper's section 2). The same network, optimiser and schedule,
-   with no explicit regulariser, are trained on training sets whose information is destroyed
-   step by step. Each corruption is drawn **once**, before training, and the network sees the
-   same labelled set in every epoch (a corruption drawn afresh each epoch is a moving target
-   that no network can fit).
-
-   - *Partially corrupted labels*, `corrupt_labels`: independently for each example, with
-     probability $p$, the label $y_i$ is replaced by a class drawn uniformly from the $C$ classes
-     (so it still equals the true one with probability $1 - p + p/C$). $p = 1$: *random labels*.
-   - *Shuffled pixels*, `randomize_inputs(x, "shuffled_pixels")`: one permutation $\pi$ of the
-     $d$ pixels, drawn once, for every image: $x'_i = x_{i,\pi}$.
-   - *Random pixels*, `"random_pixels"`: a permutation of its own for each image,
-     $x'_i = x_{i,\pi_i}$.
-   - *Gaussian*, `"gaussian"`: every image replaced by noise $x'_{ij} \sim N(\mu, \sigma^2)$,
-     with the mean and variance of the data set's pixels.
-
-   Input randomizations keep the labels; they are applied to the training and test images alike
-   (one draw over both, so shuffled pixels use the same $\pi$ on the test set).
-
-2. **The measurement**: training accuracy on the whole training set after every epoch (an epoch
-   is $N / B$ updates of $B$ examples), the number of epochs until it reaches 100%, and the test
-   error once the training set is fitted. `randomization_test` runs one condition.
-
-3. **Finite-sample expressivity** (section 4, Theorem 1). A two-layer ReLU network with
-   $2n + d$ weights,
-
-   $$c(x) = \sum_{j=1}^{n} w_j \max(\langle a, x\rangle - b_j,\, 0),
-     \qquad a \in \mathbb{R}^d,\ b, w \in \mathbb{R}^n,$$
-
-   can take any values $y$ on any $n$ distinct points $x_1, \dots, x_n \in \mathbb{R}^d$. Pick
-   $a$ so that the projections $z_i = \langle a, x_i\rangle$ are distinct, and number the points
-   so that $z_1 < \dots < z_n$; interleave the biases, $b_1 < z_1 < b_2 < z_2 < \dots < b_n < z_n$.
-   Then $A_{ij} = \max(z_i - b_j, 0)$ is lower triangular ($z_i < b_j$ when $j > i$) with a
-   positive diagonal, so it is invertible, and $w = A^{-1} y$ gives $c(x_i) = (A w)_i = y_i$.
-   `finite_sample_expressivity` builds it in float64.
-
-Arguments are checked where they enter (`corrupt_labels`, `randomize_inputs`, `RandomizedDigits`,
-`randomization_test`, `finite_sample_expressivity`); the helpers below them trust their input.
+The network trained on the randomized sets, the randomization test's loop and the chapter's
+measurements live in `papernotes.rethinking_generalization.experiment`. Arguments are checked
+where they enter (`corrupt_labels`, `randomize_inputs`, `RandomizedDigits`,
+`finite_sample_expressivity`); the cores below them trust their input.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from papernotes import checks
-from papernotes.data import minibatches
-from papernotes.training import History, accuracy, generator, seeded, train
+from papernotes.training import generator
 
 INPUT_MODES = ("shuffled_pixels", "random_pixels", "gaussian")
 INPUTS = ("real", *INPUT_MODES)  # "real": the images as they are
-LABEL_STREAM, INPUT_STREAM, BATCH_STREAM = 1, 2, 3  # random streams of a randomization test
+# The random streams of a randomized set (generator(seed, stream)): its labels and its inputs.
+# The experiment's batches draw from stream 3 (experiment.BATCHES).
+LABEL_STREAM, INPUT_STREAM = 1, 2
 
-# -- 1. Randomization tests ------------------------------------------------------------------------
+# -- 1. Randomization tests (section 2) ------------------------------------------------------------
 
 
 def corrupt_labels(
@@ -82,7 +54,9 @@ def corrupt_labels(
 
 
 def replace_labels(labels, fraction, num_classes, generator=None) -> torch.Tensor:
-    """mask_i ~ Bernoulli(p); y'_i = U{0, ..., C-1} where mask_i, else y_i."""
+    """Partially corrupted labels; p = 1 gives random labels. A replaced label still equals the
+    true one with probability 1/C, so a label is right with probability 1 - p + p/C."""
+    # mask_i ~ Bernoulli(p); y'_i = U{0, ..., C-1} where mask_i, else y_i
     mask = torch.rand(labels.shape, generator=generator) < fraction
     random = torch.randint(num_classes, labels.shape, generator=generator)
     return torch.where(mask, random, labels)
@@ -104,38 +78,24 @@ def randomize_inputs(
 
 
 def shuffle_pixels(x, generator=None) -> torch.Tensor:
-    """x'_i = x_{i, pi}: one permutation pi for every image."""
+    """Shuffled pixels: one permutation for every image (training and test alike)."""
+    # x'_i = x_{i, pi}
     return x[:, torch.randperm(x.shape[1], generator=generator)]
 
 
 def random_pixels(x, generator=None) -> torch.Tensor:
-    """x'_i = x_{i, pi_i}: a permutation pi_i of its own for each image."""
+    """Random pixels: a permutation of its own for each image."""
+    # x'_i = x_{i, pi_i}, pi_i the argsort of i.i.d. uniform keys (a uniform permutation)
     permutations = torch.rand(x.shape, generator=generator).argsort(dim=1)
     return x.gather(1, permutations)
 
 
 def gaussian_pixels(x, generator=None) -> torch.Tensor:
-    """x'_ij ~ N(mu, sigma^2), with the mean and standard deviation of all pixels of x."""
+    """Gaussian: every image replaced by noise with the mean and standard deviation of all
+    pixels of x."""
+    # x'_ij ~ N(mu, sigma^2)
     noise = torch.randn(x.shape, generator=generator, dtype=x.dtype)
     return x.mean() + x.std() * noise
-
-
-def distinct_subset(
-    x: torch.Tensor, y: torch.Tensor, n: int, generator: torch.Generator | None = None
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """n examples drawn at random among the distinct images of x (N, D), with their labels.
-
-    Two copies of one image would get two independent random labels that no classifier can
-    both fit; duplicates are dropped before the draw.
-    """
-    count = checks.tensor("x", x, "(N, D)")["N"]
-    checks.tensor("y", y, "(N,)", N=count)
-    keep = first_occurrences(x)
-    n = checks.integer("n", n)
-    if n > len(keep):
-        raise ValueError(f"n must be at most the {len(keep)} distinct images of x; got {n}")
-    chosen = keep[torch.randperm(len(keep), generator=generator)[:n]].sort().values
-    return x[chosen], y[chosen]
 
 
 def first_occurrences(x: torch.Tensor) -> torch.Tensor:
@@ -193,6 +153,8 @@ class RandomizedDigits:
 
     def epoch(self) -> tuple[torch.Tensor, torch.Tensor]:
         """The training images and labels of one epoch: those drawn at construction."""
+        # Drawn once: a corruption drawn afresh each epoch would be a moving target that no
+        # network can fit.
         return self.train_x, self.train_y
 
     @property
@@ -201,115 +163,11 @@ class RandomizedDigits:
         return (self.train_y != self.clean_y).double().mean().item()
 
 
-# -- 2. The measurement: epochs to fit, test error once fitted -------------------------------------
-
-
-def mlp(
-    n_inputs: int = 64, hidden: int = 512, depth: int = 2, n_classes: int = 10
-) -> nn.Sequential:
-    """A ReLU network: `depth` hidden layers of `hidden` units (no dropout, no normalisation)."""
-    widths = [n_inputs] + [hidden] * depth
-    layers: list[nn.Module] = []
-    for a, b in zip(widths[:-1], widths[1:], strict=True):
-        layers += [nn.Linear(a, b), nn.ReLU()]
-    return nn.Sequential(*layers, nn.Linear(widths[-1], n_classes))
-
-
-@dataclass
-class Run:
-    """A randomization test's run: per epoch (the History's steps count updates) the training
-    loss, the training accuracy on the whole training set and the test accuracy; the epoch at
-    which the training accuracy first reached 100% (None: not within `max_epochs`)."""
-
-    data: RandomizedDigits
-    history: History
-    updates_per_epoch: int
-    epochs_to_fit: int | None
-    model: nn.Module = field(repr=False)
-
-    @property
-    def epochs(self) -> list[int]:
-        return [step // self.updates_per_epoch for step in self.history.steps]
-
-    @property
-    def test_accuracy(self) -> float:
-        """Test accuracy where training stopped (once fitted, or after `max_epochs`)."""
-        return self.history.final("test_accuracy")
-
-    @property
-    def train_accuracy(self) -> float:
-        return self.history.final("train_accuracy")
-
-
-def randomization_test(
-    data: RandomizedDigits,
-    *,
-    seed: int = 0,
-    max_epochs: int = 300,
-    lr: float = 1e-3,
-    batch_size: int = 100,
-    hidden: int = 512,
-    depth: int = 2,
-) -> Run:
-    """Train `mlp` with Adam on `data` until it fits its training labels (100% training
-    accuracy) or `max_epochs` have passed, measuring after every epoch.
-
-    The seed fixes the initial weights and the order of the batches, so two conditions with one
-    seed differ only in their data.
-    """
-    if not isinstance(data, RandomizedDigits):
-        raise TypeError(f"data must be a RandomizedDigits; got {type(data).__name__}")
-    checks.integer("seed", seed, 0)
-    max_epochs = checks.integer("max_epochs", max_epochs)
-    checks.number("lr", lr, 0.0, low_open=True)
-    batch_size = checks.integer("batch_size", batch_size)
-    n = len(data.train_x)
-    if batch_size > n:
-        raise ValueError(f"batch_size must be at most the {n} training examples; got {batch_size}")
-    with seeded(seed):
-        model = mlp(
-            data.train_x.shape[1],
-            checks.integer("hidden", hidden),
-            checks.integer("depth", depth),
-            data.num_classes,
-        )
-    optimizer = torch.optim.Adam(model.parameters(), lr=lr)
-    batches = minibatches(n, batch_size, generator(seed, BATCH_STREAM))
-    updates_per_epoch = n // batch_size
-    history, epochs_to_fit = History(), None
-    for epoch in range(1, max_epochs + 1):
-        x, y = data.epoch()
-
-        def loss_of_update(_, x=x, y=y):
-            index = next(batches)
-            return F.cross_entropy(model(x[index]), y[index])
-
-        def evaluate(x=x, y=y):
-            return {
-                "train_accuracy": accuracy(model(x), y),
-                "test_accuracy": accuracy(model(data.test_x), data.test_y),
-            }
-
-        one = train(
-            model,
-            optimizer,
-            loss_of_update,
-            updates_per_epoch,
-            evaluate=evaluate,
-            desc=f"epoch {epoch}",
-        )
-        history.log(epoch * updates_per_epoch, {k: v[-1] for k, v in one.metrics.items()})
-        if history.final("train_accuracy") == 1.0:
-            epochs_to_fit = epoch
-            break
-    return Run(data, history, updates_per_epoch, epochs_to_fit, model)
-
-
-# -- 3. Finite-sample expressivity (Theorem 1) -----------------------------------------------------
+# -- 2. Finite-sample expressivity (section 4, Theorem 1) ------------------------------------------
 
 
 class TwoLayerReLU(nn.Module):
-    """c(x) = sum_j w_j max(<a, x> - b_j, 0): a (d,), b (n,), w (n,), so 2n + d parameters."""
+    """The two-layer ReLU network of Theorem 1: a (d,), b (n,), w (n,), so 2n + d parameters."""
 
     def __init__(self, a: torch.Tensor, b: torch.Tensor, w: torch.Tensor):
         super().__init__()
@@ -317,17 +175,21 @@ class TwoLayerReLU(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """x (N, d) -> c(x) (N,)."""
+        # c(x) = sum_j w_j max(<a, x> - b_j, 0)
         return hidden_units(x @ self.a, self.b) @ self.w
 
 
 def hidden_units(z: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """A_ij = max(z_i - b_j, 0) for projections z (N,) and biases b (n,): shape (N, n)."""
+    """The hidden units' outputs for projections z (N,) and biases b (n,): shape (N, n)."""
+    # A_ij = max(z_i - b_j, 0)
     return torch.relu(z[:, None] - b[None, :])
 
 
 def interleaved_biases(z: torch.Tensor) -> torch.Tensor:
-    """b_1 < z_1 < b_2 < z_2 < ... < b_n < z_n for sorted z: b_j halfway between z_{j-1} and
-    z_j, and b_1 as far below z_1 as b_2 is (one unit below when n = 1)."""
+    """Biases that interleave the sorted z: b_j halfway between z_{j-1} and z_j, and b_1 as far
+    below z_1 as b_2 is (one unit below when n = 1). Then z_i < b_j when j > i, so A is lower
+    triangular with a positive diagonal, hence invertible."""
+    # b_1 < z_1 < b_2 < z_2 < ... < b_n < z_n
     if len(z) == 1:
         return z - 1.0
     midpoints = (z[:-1] + z[1:]) / 2
@@ -407,32 +269,10 @@ def sort_by_projection(z: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, 
 
 
 def output_weights(A: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    """w = A^{-1} y, by forward substitution: A is lower triangular with a positive diagonal."""
+    """The output weights, by forward substitution: A is lower triangular with a positive
+    diagonal."""
+    # w = A^{-1} y, so that c(x_i) = (A w)_i = y_i
     return torch.linalg.solve_triangular(A, y[:, None], upper=False)[:, 0]
-
-
-def biases_below_the_points(z: torch.Tensor) -> torch.Tensor:
-    """The ablation: n biases spread over an interval below z_1, none between the points.
-
-    Then A_ij = z_i - b_j for every i and j: A = z 1^T - 1 b^T has rank 2, and c(x) can only be
-    an affine function of z.
-    """
-    spread = (z.max() - z.min()).clamp_min(1.0)
-    return z.min() - spread * torch.arange(1, len(z) + 1, dtype=z.dtype) / len(z)
-
-
-def least_squares_network(
-    x: torch.Tensor, y: torch.Tensor, biases, generator: torch.Generator | None = None
-) -> TwoLayerReLU:
-    """A network of the same shape (a, b, w) with b = biases(sorted z) and the w that fits y
-    best in least squares: the ablation of the construction."""
-    checks.tensor("x", x, "(n, d)", dtype="floating")
-    x, y = x.double(), y.double()
-    a = projection_direction(x, generator)
-    z, y = sort_by_projection(x @ a, y)
-    b = biases(z)
-    w = torch.linalg.lstsq(hidden_units(z, b), y[:, None], driver="gelsd").solution[:, 0]
-    return TwoLayerReLU(a, b, w)
 
 
 def conflicting_duplicates(x: torch.Tensor, y: torch.Tensor) -> tuple[int, int] | None:
@@ -444,13 +284,3 @@ def conflicting_duplicates(x: torch.Tensor, y: torch.Tensor) -> tuple[int, int] 
         if y[i] != y[j]:
             return i, j
     return None
-
-
-def parameter_count(model: nn.Module) -> int:
-    return sum(p.numel() for p in model.parameters())
-
-
-def max_fit_error(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> float:
-    """max_i |c(x_i) - y_i|, in float64."""
-    with torch.no_grad():
-        return (model(x.double()) - y.double()).abs().max().item()

@@ -1,12 +1,14 @@
 """Broken variants of the randomization tests and the Theorem 1 construction
 (papernotes.rethinking_generalization).
 
-Each function patches the module in place; the chapter, run with the patch, must stop on its
-claim check. The module's own calls look these names up in its globals (and `RandomizedDigits`
-up in its class), so the chapter's runs and constructions all see the patch.
+Each function patches the mechanism module in place; the chapter, run with the patch, must stop
+on its claim check. The module's own calls look these names up in its globals (and `epoch` up in
+the `RandomizedDigits` class), and the experiment (papernotes.rethinking_generalization.experiment)
+calls them through the module, so the chapter's runs and constructions all see the patch.
 """
 
 from papernotes import rethinking_generalization as m
+from papernotes.rethinking_generalization import experiment
 
 
 def labels_redrawn_every_epoch():
@@ -39,7 +41,7 @@ def corruption_never_changes_a_label():
 
 def biases_not_interleaved():
     """Every bias sits below the first projection, so A is full (rank 2), not lower triangular."""
-    m.interleaved_biases = m.biases_below_the_points
+    m.interleaved_biases = experiment.biases_below_the_points
 
 
 def labels_left_behind_by_the_sort():
