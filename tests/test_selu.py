@@ -9,6 +9,7 @@ import torch.nn.functional as F
 
 from conftest import gen, randn
 from papernotes import selu
+from papernotes.selu import experiment
 
 # The constants to 20 digits, as the authors' code writes them (bioinf-jku/SNNs).
 ALPHA_01 = 1.6732632423543772848170429916717
@@ -247,7 +248,7 @@ def test_alpha_dropout_rejects_a_rate_of_one():
 
 def test_selu_networks_keep_their_statistics_where_relu_loses_them():
     stats = {
-        name: selu.forward_statistics(name, depth=32, width=128, n=128, seed=0)
+        name: experiment.forward_statistics(name, depth=32, width=128, n=128, seed=0)
         for name in ("selu", "relu")
     }
     assert stats["selu"].shape == (32, 2)
@@ -257,23 +258,29 @@ def test_selu_networks_keep_their_statistics_where_relu_loses_them():
 
 
 def test_he_scaled_weights_let_selu_drift():
-    mean, var = selu.forward_statistics("selu", depth=16, width=128, n=128, init_scale=2.0)[-1]
+    mean, var = experiment.forward_statistics("selu", depth=16, width=128, n=128, init_scale=2.0)[
+        -1
+    ]
     assert var.item() > 5.0
 
 
 def test_forward_statistics_follow_the_seed():
-    a = selu.forward_statistics("selu", depth=4, width=32, n=16, seed=1)
-    assert torch.equal(a, selu.forward_statistics("selu", depth=4, width=32, n=16, seed=1))
-    assert not torch.equal(a, selu.forward_statistics("selu", depth=4, width=32, n=16, seed=2))
+    a = experiment.forward_statistics("selu", depth=4, width=32, n=16, seed=1)
+    assert torch.equal(a, experiment.forward_statistics("selu", depth=4, width=32, n=16, seed=1))
+    assert not torch.equal(
+        a, experiment.forward_statistics("selu", depth=4, width=32, n=16, seed=2)
+    )
     # A shallower network is the first layers of the deeper one.
-    assert torch.equal(a[:2], selu.forward_statistics("selu", depth=2, width=32, n=16, seed=1))
+    assert torch.equal(
+        a[:2], experiment.forward_statistics("selu", depth=2, width=32, n=16, seed=1)
+    )
 
 
 def test_forward_statistics_reject_unknown_names():
     with pytest.raises(ValueError, match="activation must be one of"):
-        selu.forward_statistics("sigmoid")
+        experiment.forward_statistics("sigmoid")
     with pytest.raises(ValueError, match="dropout must be one of"):
-        selu.forward_statistics("selu", dropout="gaussian")
+        experiment.forward_statistics("selu", dropout="gaussian")
 
 
 # -- the classifiers ------------------------------------------------------------------------------
@@ -282,8 +289,8 @@ def test_forward_statistics_reject_unknown_names():
 def test_mlp_initialises_each_network_for_its_activation():
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)
-        snn = selu.mlp(200, 10, depth=3, width=300, snn=True)
-        relu = selu.mlp(200, 10, depth=3, width=300, snn=False)
+        snn = experiment.mlp(200, 10, depth=3, width=300, snn=True)
+        relu = experiment.mlp(200, 10, depth=3, width=300, snn=False)
     assert [type(m).__name__ for m in snn] == ["Linear", "SELU"] * 3 + ["Linear"]
     assert [type(m).__name__ for m in relu] == ["Linear", "ReLU"] * 3 + ["Linear"]
     assert snn[2].weight.var().item() == pytest.approx(1 / 300, rel=0.03)  # LeCun
@@ -294,24 +301,24 @@ def test_mlp_initialises_each_network_for_its_activation():
 
 def test_mlp_rejects_zero_depth():
     with pytest.raises(ValueError, match="depth must be an integer >= 1"):
-        selu.mlp(64, 10, depth=0, width=8)
+        experiment.mlp(64, 10, depth=0, width=8)
 
 
 def test_standardize_centres_on_the_training_split():
     train = randn(200, 5, scale=3.0, shift=2.0)
     other = randn(50, 5, seed=1)
-    train_z, other_z = selu.standardize(train, other)
+    train_z, other_z = experiment.standardize(train, other)
     assert torch.allclose(train_z.mean(0), torch.zeros(5, dtype=torch.float64), atol=1e-12)
     assert train_z.std().item() == pytest.approx(1.0, abs=1e-12)
     assert torch.allclose(other_z, (other - train.mean(0)) / (train - train.mean(0)).std())
     with pytest.raises(ValueError, match="train_x must have shape"):
-        selu.standardize(torch.zeros(3))
+        experiment.standardize(torch.zeros(3))
 
 
 def test_train_classifier_learns_a_separable_problem():
     x = randn(256, 8, seed=2).float()
     y = (x[:, 0] > 0).long()
-    run = selu.train_classifier(
+    run = experiment.train_classifier(
         x,
         y,
         x,
@@ -332,6 +339,34 @@ def test_train_classifier_learns_a_separable_problem():
 def test_train_classifier_rejects_mismatched_labels():
     x = torch.zeros(10, 4)
     with pytest.raises(ValueError, match="train_y must have shape"):
-        selu.train_classifier(
+        experiment.train_classifier(
             x, torch.zeros(9, dtype=torch.long), x, torch.zeros(10), snn=True, seed=0
         )
+
+
+# -- the chapter's measurements -------------------------------------------------------------------
+
+
+def test_distance_from_the_fixed_point_is_the_larger_of_the_two_misses():
+    assert experiment.distance_from_fixed_point(0.0, 1.0) == 0.0
+    assert experiment.distance_from_fixed_point(torch.tensor(-0.3), torch.tensor(1.1)) == (
+        pytest.approx(0.3)
+    )
+    assert experiment.distance_from_fixed_point(0.05, 0.5) == pytest.approx(0.5)
+    x = torch.tensor([-1.0, 1.0, -1.0, 1.0], dtype=torch.float64) + 0.25
+    # mean 0.25, unbiased variance 4/3
+    assert experiment.moved_from_fixed_point(x) == pytest.approx(1 / 3)
+
+
+def test_layers_to_converge_finds_the_first_layer_within_the_tolerance():
+    path = torch.tensor(
+        [[0.5, 2.0], [0.01, 1.0], [0.0005, 1.002], [0.0001, 1.0005], [0.0, 1.0]],
+        dtype=torch.float64,
+    )
+    assert experiment.layers_to_converge(path) == 3  # layer 2's variance misses by 2e-3
+    assert experiment.layers_to_converge(path, tolerance=0.01) == 1
+    assert experiment.layers_to_converge(path[:3]) is None
+    converging = selu.iterate_moment_map(0.8, 2.0, 60)
+    layer = experiment.layers_to_converge(converging)
+    assert layer is not None and layer > 1
+    assert (converging[layer] - torch.tensor([0.0, 1.0]).double()).abs().max() <= 1e-3

@@ -2,8 +2,9 @@
 
 Each function patches the module in place; the chapter, run with the patch, must stop on its
 claim check. The module's functions read `ALPHA`, `LAMBDA`, `lecun_normal_`,
-`alpha_dropout_affine` and `alpha_dropout` from its globals when called, so the activation, the
-moment map, the random networks and the trained SNN all see the patch.
+`alpha_dropout_affine` and `alpha_dropout` from its globals when called, and the experiment
+(`papernotes.selu.experiment`) looks them up on the module, so the activation, the moment map,
+the random networks and the trained SNN all see the patch.
 """
 
 import math
