@@ -12,6 +12,7 @@ from torch import nn
 import papernotes as pn
 from conftest import gen, randn
 from papernotes import randomout as ro
+from papernotes.randomout import experiment
 
 
 def conv_with_gradient(out=4, inp=3, seed=0):
@@ -163,17 +164,17 @@ def test_the_hook_resets_a_dead_filter_before_the_step_inside_the_books_loop():
     dead_after = {}
     for enabled in (False, True):
         with pn.seeded(0):
-            net = ro.FilterNet(2, bias_shift=0.0)
+            net = experiment.FilterNet(2, bias_shift=0.0)
         with torch.no_grad():
             net.conv.bias[0] = -100.0  # filter 0 never fires: dead
-        assert ro.dead_filters(net, x).tolist() == [True, False]
+        assert experiment.dead_filters(net, x).tolist() == [True, False]
         optimizer = torch.optim.SGD(net.parameters(), lr=0.1, momentum=0.9)
         log = ro.RandomOut(net.conv, 1e-8, enabled=enabled, generator=gen())
         log.attach(optimizer)
         pn.train(net, optimizer, lambda _, net=net: F.cross_entropy(net(x), y), steps=3)
         assert log.cgn.shape == (3, 2)
         assert log.cgn[0, 0] == 0.0 and log.cgn[0, 1] > 0  # logged after backward
-        dead_after[enabled] = ro.dead_filters(net, x).tolist()
+        dead_after[enabled] = experiment.dead_filters(net, x).tolist()
         assert log.resets == ([(0, 0)] if enabled else [])
     assert dead_after == {False: [True, False], True: [False, False]}
 
@@ -182,40 +183,40 @@ def test_the_hook_resets_a_dead_filter_before_the_step_inside_the_books_loop():
 
 
 def test_dead_filters_by_hand():
-    net = ro.FilterNet(3, bias_shift=0.0)
+    net = experiment.FilterNet(3, bias_shift=0.0)
     with torch.no_grad():
         net.conv.weight.zero_()
         net.conv.weight[0] = 1.0  # fires on any image with ink
         net.conv.bias[:] = torch.tensor([0.0, -0.5, 0.5])  # filter 1 never fires; 2 always
     x = torch.rand(10, 64, generator=gen())
-    assert ro.dead_filters(net, x).tolist() == [False, True, False]
+    assert experiment.dead_filters(net, x).tolist() == [False, True, False]
     with pytest.raises(ValueError, match="x must have shape"):
-        ro.dead_filters(net, x.reshape(10, 8, 8))
+        experiment.dead_filters(net, x.reshape(10, 8, 8))
 
 
 def test_filter_net_biases_lie_in_the_shifted_range():
     with pn.seeded(0):
-        net = ro.FilterNet(500, bias_shift=0.7)
+        net = experiment.FilterNet(500, bias_shift=0.7)
     bias = net.conv.bias.detach()
     assert bias.max() <= 0 and bias.min() >= -0.7 and bias.min() < -0.6
-    assert (ro.FilterNet(4, bias_shift=0.0).conv.bias == 0).all()
+    assert (experiment.FilterNet(4, bias_shift=0.0).conv.bias == 0).all()
     with pytest.raises(ValueError, match="n_filters must be an integer >= 1"):
-        ro.FilterNet(0)
+        experiment.FilterNet(0)
     with pytest.raises(ValueError, match="bias_shift must be a finite number"):
-        ro.FilterNet(2, bias_shift=-1.0)
+        experiment.FilterNet(2, bias_shift=-1.0)
 
 
 def members(n=3, n_filters=2, bias_shift=0.3):
     nets = []
     for seed in range(n):
         with pn.seeded(seed):
-            nets.append(ro.FilterNet(n_filters, bias_shift=bias_shift))
+            nets.append(experiment.FilterNet(n_filters, bias_shift=bias_shift))
     return nets
 
 
 def test_the_lottery_computes_each_members_network():
     nets = members()
-    lottery = ro.Lottery(nets)
+    lottery = experiment.Lottery(nets)
     x = torch.rand(3, 7, 64, generator=gen())
     logits = lottery(x)
     assert logits.shape == (3, 7, 10)
@@ -226,7 +227,7 @@ def test_the_lottery_computes_each_members_network():
 
 def test_each_members_gradient_is_its_gradient_alone():
     nets = members()
-    lottery = ro.Lottery(nets)
+    lottery = experiment.Lottery(nets)
     x = torch.rand(3, 16, 64, generator=gen())
     y = torch.randint(0, 10, (3, 16), generator=gen(1))
     logits = lottery(x)
@@ -239,16 +240,16 @@ def test_each_members_gradient_is_its_gradient_alone():
 
 def test_lottery_rejects_mismatched_members():
     with pytest.raises(ValueError, match="same filters and classes"):
-        ro.Lottery([ro.FilterNet(2), ro.FilterNet(3)])
+        experiment.Lottery([experiment.FilterNet(2), experiment.FilterNet(3)])
     with pytest.raises(TypeError, match="nets must be a non-empty list of FilterNet"):
-        ro.Lottery([])
+        experiment.Lottery([])
     with pytest.raises(ValueError, match="s must be below the number of members"):
-        ro.Lottery(members()).member(3)
+        experiment.Lottery(members()).member(3)
 
 
 def small_run(**kwargs):
     d = pn.load_digits_split()
-    return ro.train_lottery(d.train_x, d.train_y, d.val_x, d.val_y, epochs=1, **kwargs)
+    return experiment.train_lottery(d.train_x, d.train_y, d.val_x, d.val_y, epochs=1, **kwargs)
 
 
 def test_with_a_zero_threshold_randomout_changes_nothing():
@@ -266,14 +267,44 @@ def test_with_a_zero_threshold_randomout_changes_nothing():
 def test_train_lottery_rejects_bad_arguments():
     d = pn.load_digits_split()
     with pytest.raises(ValueError, match="train_x must have shape"):
-        ro.train_lottery(
+        experiment.train_lottery(
             d.train_x.reshape(-1, 8, 8), d.train_y, d.val_x, d.val_y, seeds=[0], randomout=True
         )
     with pytest.raises(ValueError, match="seeds must be one or more different integers"):
-        ro.train_lottery(d.train_x, d.train_y, d.val_x, d.val_y, seeds=[1, 1], randomout=True)
+        experiment.train_lottery(
+            d.train_x, d.train_y, d.val_x, d.val_y, seeds=[1, 1], randomout=True
+        )
     with pytest.raises(TypeError, match="randomout must be True or False"):
-        ro.train_lottery(d.train_x, d.train_y, d.val_x, d.val_y, seeds=[0], randomout=1)
+        experiment.train_lottery(d.train_x, d.train_y, d.val_x, d.val_y, seeds=[0], randomout=1)
     with pytest.raises(ValueError, match="threshold must be a finite number"):
-        ro.train_lottery(
+        experiment.train_lottery(
             d.train_x, d.train_y, d.val_x, d.val_y, seeds=[0], randomout=True, threshold=-1.0
         )
+
+
+# -- the chapter's measurements -------------------------------------------------------------------
+
+
+def test_seed_summary_counts_failures_below_one_half():
+    summary = experiment.seed_summary([0.2, 0.9, 0.95, 0.49, 1.0])
+    assert summary["failed"] == pytest.approx(2 / 5)
+    assert summary["median"] == 0.9
+    assert summary["mean"] == pytest.approx(3.54 / 5)
+    assert summary["min"] == 0.2
+    assert summary["std"] == pytest.approx(
+        torch.tensor([0.2, 0.9, 0.95, 0.49, 1.0]).std(correction=0).item(), rel=1e-6
+    )
+    assert experiment.seed_summary([0.5, 0.5])["failed"] == 0.0  # 50% is not a failure
+
+
+def test_death_update_is_where_the_cgn_stays_at_zero_for_good():
+    cgn = torch.tensor(
+        [[1.0, 2.0], [0.0, 1.0], [3.0, 0.5], [0.0, 0.0], [0.0, 0.0]]  # (updates, filters)
+    )
+    # Filter 0 is at 0 at update 1 but recovers; from update 3 both stay at 0.
+    assert experiment.death_update(cgn) == 3
+    cgn[4, 1] = 1e-9  # filter 1 comes back at the last update; filter 0 still dies at 3
+    assert experiment.death_update(cgn) == 3
+    cgn[4, 0] = 1e-9
+    assert experiment.death_update(cgn) is None
+    assert experiment.death_update(torch.zeros(4, 2)) == 0

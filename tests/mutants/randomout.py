@@ -3,7 +3,8 @@
 Each function patches the module in place; the chapter, run with the patch, must stop on its
 claim check. `randomout_` reads `conv_gradient_norm`, `filters_to_reset` and
 `clear_filter_state_` from the module's globals when called, and so does the hook that the
-chapter's training runs attach, so every run sees the patch.
+chapter's training runs attach (`papernotes.randomout.experiment` builds it through the module),
+so every run sees the patch.
 
 A reset that keeps the filter's stale momentum is not among them: in the chapter's runs almost
 every reset happens at the first update, before the optimizer has any state, and the few later

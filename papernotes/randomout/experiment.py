@@ -1,182 +1,31 @@
-r"""RandomOut: rescue the convolutional filters that lose the filter lottery.
+"""The chapter's experiment (chapters/randomout.ipynb): the filter lottery on the 8x8 digits.
 
-Cohen, Lo & Ding 2016, *RandomOut: Using a convolutional gradient norm to rescue convolutional
-filters* (arXiv:1602.05931; its first version was titled *...to win The Filter Lottery*). The
-module follows the paper in order.
+A convolutional network with a handful of 3x3 filters (`FilterNet`), trained from several seeds
+with and without RandomOut (`train_lottery`) through the book's training loop, RandomOut running
+as a hook just before each optimizer step. The seeds' networks train side by side as one module
+(`Lottery`: a grouped convolution, one group per seed), which leaves each network's gradients,
+and so its CGN and its updates, as they would be alone.
 
-1. **The filter lottery.** A small convolutional network trained from different random seeds
-   ends at very different accuracies: the seed alone decides which filters start somewhere
-   useful. A filter whose ReLU output is zero on every input gets no gradient and never learns
-   again: it is dead, and a network with few filters that loses most of them is stuck.
-
-2. **The convolutional gradient norm.** For filter $k$ of a convolutional layer, with weights
-   $w^k_i$ ($i$ running over its input channels and kernel positions) and loss $L$,
-
-   $$\mathrm{CGN}(k) = \sum_i \left|\frac{\partial L}{\partial w^k_i}\right|,$$
-
-   the L1 norm of the gradient of one *output* filter: for a weight of shape
-   (out, in, kh, kw), a sum over dimensions 1, 2 and 3. It measures how much the filter can
-   still change the loss; a dead filter's CGN is exactly 0.
-
-3. **RandomOut.** After the backward pass and before the update, every filter with
-   $\mathrm{CGN}(k) < \tau$ is re-initialised: its weights are drawn again from the layer's
-   initial distribution (PyTorch's default for a convolution, Kaiming-uniform
-   $U(-1/\sqrt{n}, 1/\sqrt{n})$ with $n$ = in x kh x kw), its bias is set to 0, and its slots of
-   the optimizer's state (momentum, Adam's moments) are cleared, so that the new filter starts
-   as a fresh ticket instead of inheriting the motion that killed the old one. The authors'
-   demo checks every batch with $\tau = 10^{-30}$, which resets only filters whose gradient is
-   exactly zero. $\tau$ is in units of the loss's gradient, so it depends on how the loss is
-   reduced over the batch (we take the mean) and on the batch size.
-
-4. **Experiment**: a convolutional network with a handful of 3x3 filters on the 8x8 digits
-   (`FilterNet`), trained from several seeds with and without RandomOut (`train_lottery`),
-   through the book's one training loop; RandomOut runs as a hook just before each optimizer
-   step (`RandomOut.attach`), so the loop itself is unchanged. The seeds' networks train side
-   by side as one module (`Lottery`: a grouped convolution, one group per seed), which leaves
-   each network's gradients, and so its CGN and its updates, as they would be alone.
-
-`randomout_` reads `conv_gradient_norm`, `filters_to_reset`, `reinitialise_filters_` and
-`clear_filter_state_` from the module when called, so that a patched module
-(tests/mutants/randomout.py) is seen everywhere. Arguments are checked at the entry points
-(`conv_gradient_norm`, `randomout_`, `RandomOut`, `FilterNet`, `dead_filters`,
-`train_lottery`); the helpers below them trust their input.
+RandomOut is the mechanism's (`papernotes.randomout`), looked up at call time so that a broken
+variant patched into that module is the one these runs use.
 """
 
 from __future__ import annotations
 
-import math
+import statistics
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from papernotes import checks
+from papernotes import checks, training
+from papernotes import randomout as ro
 from papernotes.data import IMAGE_SHAPE, minibatches
-from papernotes.training import History, generator, seeded, train
 
-# -- 2. the convolutional gradient norm -----------------------------------------------------------
-
-
-def _check_conv(conv) -> nn.Conv2d:
-    if not isinstance(conv, nn.Conv2d):
-        raise TypeError(f"conv must be a torch.nn.Conv2d; got {type(conv).__name__}")
-    return conv
-
-
-def conv_gradient_norm(conv: nn.Conv2d) -> torch.Tensor:
-    r"""$\mathrm{CGN}(k) = \sum_i |\partial L / \partial w^k_i|$ for every output filter $k$:
-    a tensor (out,), the gradient's absolute values summed over input channels and kernel
-    positions (dimensions 1, 2, 3 of the (out, in, kh, kw) weight)."""
-    _check_conv(conv)
-    if conv.weight.grad is None:
-        raise ValueError(
-            "conv.weight has no gradient: compute the CGN after loss.backward() and before "
-            "optimizer.zero_grad()"
-        )
-    return conv.weight.grad.detach().abs().sum(dim=(1, 2, 3))
-
-
-# -- 3. RandomOut ---------------------------------------------------------------------------------
-
-
-def filters_to_reset(cgn: torch.Tensor, threshold: float) -> torch.Tensor:
-    r"""The indices $k$ with $\mathrm{CGN}(k) < \tau$, as a LongTensor."""
-    return torch.nonzero(cgn < threshold).flatten()
-
-
-def reinitialise_filters_(
-    conv: nn.Conv2d, index: torch.Tensor, generator: torch.Generator | None = None
-) -> None:
-    r"""Draw the weights of filters `index` again from $U(-1/\sqrt{n}, 1/\sqrt{n})$, the layer's
-    default initial distribution ($n$ = in x kh x kw), and set their biases to 0."""
-    bound = 1.0 / math.sqrt(conv.weight[0].numel())
-    fresh = torch.empty((len(index), *conv.weight.shape[1:]), dtype=conv.weight.dtype)
-    fresh.uniform_(-bound, bound, generator=generator)
-    with torch.no_grad():
-        conv.weight[index] = fresh
-        if conv.bias is not None:
-            conv.bias[index] = 0.0
-
-
-def clear_filter_state_(
-    optimizer: torch.optim.Optimizer, conv: nn.Conv2d, index: torch.Tensor
-) -> None:
-    """Zero the optimizer's per-element state (SGD's momentum buffer, Adam's moments) in the
-    slots of filters `index`, for the weight and the bias; scalar state (Adam's step) stays."""
-    for parameter in (conv.weight, conv.bias):
-        if parameter is None:
-            continue
-        for value in optimizer.state.get(parameter, {}).values():
-            if isinstance(value, torch.Tensor) and value.shape == parameter.shape:
-                value[index] = 0.0
-
-
-def randomout_(
-    conv: nn.Conv2d,
-    threshold: float,
-    generator: torch.Generator | None = None,
-    optimizer: torch.optim.Optimizer | None = None,
-) -> torch.Tensor:
-    r"""RandomOut on one layer: re-initialise every filter with $\mathrm{CGN}(k) < \tau$ =
-    `threshold` (weights redrawn, bias 0, and its optimizer state cleared when `optimizer` is
-    given). Call it between `loss.backward()` and `optimizer.step()`. Returns the indices of the
-    filters it reset (a LongTensor, empty when none)."""
-    _check_conv(conv)
-    threshold = checks.number("threshold", threshold, 0.0)
-    if optimizer is not None and not isinstance(optimizer, torch.optim.Optimizer):
-        raise TypeError(
-            f"optimizer must be a torch.optim.Optimizer; got {type(optimizer).__name__}"
-        )
-    index = filters_to_reset(conv_gradient_norm(conv), threshold)
-    if len(index):
-        reinitialise_filters_(conv, index, generator)
-        if optimizer is not None:
-            clear_filter_state_(optimizer, conv, index)
-    return index
-
-
-class RandomOut:
-    """RandomOut before every optimizer step, and a log of what it saw.
-
-    `RandomOut(conv, threshold).attach(optimizer)` registers a hook that runs just before each
-    `optimizer.step()`, when the gradients of the update are in place: it logs the CGN of every
-    filter and, when `enabled`, calls `randomout_`. With `enabled=False` it only logs (the
-    baseline). `cgn` is (steps, filters) after training; `resets` lists (update, filter) pairs.
-    """
-
-    def __init__(
-        self,
-        conv: nn.Conv2d,
-        threshold: float,
-        *,
-        enabled: bool = True,
-        generator: torch.Generator | None = None,
-    ):
-        self.conv = _check_conv(conv)
-        self.threshold = checks.number("threshold", threshold, 0.0)
-        self.enabled = checks.boolean("enabled", enabled)
-        self.generator = generator
-        self._cgn: list[torch.Tensor] = []
-        self.resets: list[tuple[int, int]] = []
-
-    def attach(self, optimizer: torch.optim.Optimizer):
-        """Run before every step of `optimizer`; returns the hook's handle (`.remove()`)."""
-        return optimizer.register_step_pre_hook(lambda opt, args, kwargs: self._before_step(opt))
-
-    def _before_step(self, optimizer: torch.optim.Optimizer) -> None:
-        update = len(self._cgn)
-        self._cgn.append(conv_gradient_norm(self.conv).clone())
-        if self.enabled:
-            index = randomout_(self.conv, self.threshold, self.generator, optimizer)
-            self.resets += [(update, k) for k in index.tolist()]
-
-    @property
-    def cgn(self) -> torch.Tensor:
-        return torch.stack(self._cgn) if self._cgn else torch.empty(0, self.conv.out_channels)
-
-
-# -- 4. the experiment: few filters on the digits -------------------------------------------------
+# Random streams: each member's minibatches (of its own seed), RandomOut's fresh filters (of the
+# first seed).
+BATCHES, FRESH_FILTERS = 1, 2
 
 
 class FilterNet(nn.Module):
@@ -297,14 +146,13 @@ def member_dead_filters(model: Lottery, x: torch.Tensor) -> torch.Tensor:
 
 
 @dataclass
-class LotteryRun:
-    """Members trained from `seeds`: the model, its History (per epoch, "val_accuracy/<s>" for
-    member s and "val_accuracy" for their mean), and RandomOut's log (`log.cgn` is reshaped to
-    (updates, members, filters) by `cgn`; `log.resets` holds (update, row) pairs)."""
+class LotteryRun(training.Run):
+    """Members trained from `seeds`: the model (a Lottery), its History (per epoch,
+    "val_accuracy/<s>" for member s and "val_accuracy" for their mean), and RandomOut's log
+    (`log.cgn` is reshaped to (updates, members, filters) by `cgn`; `log.resets` holds
+    (update, row) pairs)."""
 
-    model: Lottery
-    history: History
-    log: RandomOut
+    log: ro.RandomOut
     seeds: tuple[int, ...]
     randomout: bool
 
@@ -338,10 +186,10 @@ def train_lottery(
     """Train one `FilterNet` per seed of `seeds` (as a `Lottery`) with SGD and momentum on the
     mean cross-entropy, with or without RandomOut (checked before every update).
 
-    Member s's initial weights follow `seeds[s]`, and so do its minibatches (stream 1);
-    RandomOut's fresh filters come from stream 2 of `seeds[0]`. Two calls with the same seeds,
-    one with and one without RandomOut, start from the same weights, see the same batches and
-    differ only by the resets.
+    Member s's initial weights follow `seeds[s]`, and so do its minibatches (stream BATCHES);
+    RandomOut's fresh filters come from stream FRESH_FILTERS of `seeds[0]`. Two calls with the
+    same seeds, one with and one without RandomOut, start from the same weights, see the same
+    batches and differ only by the resets.
     """
     d = checks.tensor("train_x", train_x, "(N, 64)", dtype="floating")
     checks.tensor("train_y", train_y, "(N,)", N=d["N"])
@@ -357,13 +205,14 @@ def train_lottery(
     n_classes = int(train_y.max()) + 1
     nets = []
     for seed in seeds:
-        with seeded(seed):
+        with training.seeded(seed):
             nets.append(FilterNet(n_filters, bias_shift=bias_shift, n_classes=n_classes))
     model = Lottery(nets)
-    log = RandomOut(model.conv, threshold, enabled=randomout, generator=generator(seeds[0], 2))
+    fresh = training.generator(seeds[0], FRESH_FILTERS)
+    log = ro.RandomOut(model.conv, threshold, enabled=randomout, generator=fresh)
     optimizer = torch.optim.SGD(model.parameters(), lr=lr, momentum=momentum)
     handle = log.attach(optimizer)
-    streams = [minibatches(d["N"], batch_size, generator(seed, 1)) for seed in seeds]
+    streams = [minibatches(d["N"], batch_size, training.generator(seed, BATCHES)) for seed in seeds]
     per_epoch = d["N"] // batch_size
 
     def loss_of_update(_):
@@ -378,7 +227,7 @@ def train_lottery(
             f"val_accuracy/{s}": a for s, a in enumerate(accuracies.tolist())
         }
 
-    history = train(
+    history = training.train(
         model,
         optimizer,
         loss_of_update,
@@ -389,3 +238,26 @@ def train_lottery(
     )
     handle.remove()
     return LotteryRun(model, history, log, seeds, randomout)
+
+
+# -- measuring the claims -------------------------------------------------------------------------
+
+
+def seed_summary(accuracies: list[float]) -> dict[str, float]:
+    """The spread of accuracy over seeds: the fraction of runs that fail (below 50%), the median,
+    the mean, the (population) standard deviation and the worst."""
+    return {
+        "failed": sum(a < 0.5 for a in accuracies) / len(accuracies),
+        "median": statistics.median(accuracies),
+        "mean": statistics.mean(accuracies),
+        "std": statistics.pstdev(accuracies),
+        "min": min(accuracies),
+    }
+
+
+def death_update(cgn_of_member: torch.Tensor) -> int | None:
+    """The first update from which a filter's CGN stays at 0, of one member's CGN log
+    (updates, filters); None if no filter dies."""
+    stays_zero = (cgn_of_member == 0).int().flip(0).cumprod(0).flip(0)  # (updates, filters)
+    dead = stays_zero.any(1)
+    return int(dead.nonzero()[0]) if dead.any() else None
