@@ -108,6 +108,10 @@ class BatchNorm(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         self._check_input(x)
+        return self._transform(x)
+
+    def _transform(self, x: torch.Tensor) -> torch.Tensor:
+        """The layer's transform of an input already checked."""
         if self.training:
             # Gradients flow through mu_B and sigma^2_B too: the statistics are part of the net.
             mean, variance = batch_statistics(x)
