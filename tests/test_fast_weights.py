@@ -1,4 +1,6 @@
-"""Unit tests of papernotes.fast_weights, in float64 with fixed seeds.
+"""Unit tests of papernotes.fast_weights (the mechanism) and papernotes.fast_weights.experiment
+(the retrieval task, the networks, their training and the read measurements), in float64 with
+fixed seeds.
 
 The reference below is written from the paper's equations, one sequence at a time with an
 explicit matrix A per sequence, so that it shares no code with the module.
@@ -12,6 +14,8 @@ import torch.nn.functional as F
 
 from conftest import gen, randn
 from papernotes import fast_weights as fw
+from papernotes import training
+from papernotes.fast_weights import experiment
 from papernotes.training import seeded
 
 
@@ -227,11 +231,11 @@ def test_settings_reject_bad_changes_and_leave_everything_as_it_was():
 
 
 def test_retrieval_batch_has_the_papers_format():
-    tokens, answers = fw.retrieval_batch(500, n_pairs=4, generator=gen(20))
+    tokens, answers = experiment.retrieval_batch(500, n_pairs=4, generator=gen(20))
     assert tokens.shape == (500, 11) and answers.shape == (500,)
     assert tokens.dtype == torch.long
     for row, answer in zip(tokens, answers, strict=True):
-        text = fw.decode(row)
+        text = experiment.decode(row)
         assert re.fullmatch(r"([a-z][0-9]){4}\?\?[a-z]", text), text
         keys, values = text[0:8:2], text[1:8:2]
         assert len(set(keys)) == 4  # distinct keys
@@ -239,23 +243,23 @@ def test_retrieval_batch_has_the_papers_format():
         assert int(values[keys.index(text[-1])]) == answer.item()
     # every value and every query position turns up
     assert set(answers.tolist()) == set(range(10))
-    positions = {fw.decode(row)[0:8:2].index(fw.decode(row)[-1]) for row in tokens}
+    positions = {experiment.decode(row)[0:8:2].index(experiment.decode(row)[-1]) for row in tokens}
     assert positions == {0, 1, 2, 3}
 
 
 def test_retrieval_batch_is_reproducible_and_sized_by_n_pairs():
-    a = fw.retrieval_batch(8, 2, gen(21))
-    b = fw.retrieval_batch(8, 2, gen(21))
+    a = experiment.retrieval_batch(8, 2, gen(21))
+    b = experiment.retrieval_batch(8, 2, gen(21))
     assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
     assert a[0].shape == (8, 7)
-    assert len(fw.VOCABULARY) == 37
+    assert len(experiment.VOCABULARY) == 37
 
 
 def test_retrieval_sets_follow_the_seed_and_keep_validation_and_test_apart():
     first, again, other = (
-        fw.retrieval_sets(0, 50),
-        fw.retrieval_sets(0, 50),
-        fw.retrieval_sets(1, 50),
+        experiment.retrieval_sets(0, 50),
+        experiment.retrieval_sets(0, 50),
+        experiment.retrieval_sets(1, 50),
     )
     assert torch.equal(first.test[0], again.test[0])
     assert torch.equal(first.validation[0], again.validation[0])
@@ -265,9 +269,9 @@ def test_retrieval_sets_follow_the_seed_and_keep_validation_and_test_apart():
 
 def test_retrieval_batch_rejects_bad_arguments():
     with pytest.raises(ValueError, match="n_pairs"):
-        fw.retrieval_batch(4, n_pairs=27)
+        experiment.retrieval_batch(4, n_pairs=27)
     with pytest.raises(ValueError, match="batch_size"):
-        fw.retrieval_batch(0)
+        experiment.retrieval_batch(0)
 
 
 # -- 5. Models and training ------------------------------------------------------------------------
@@ -275,25 +279,25 @@ def test_retrieval_batch_rejects_bad_arguments():
 
 @pytest.mark.parametrize("settings", [{}, {"fast_lr": 0.0}, {"lstm": True}])
 def test_every_model_maps_tokens_to_ten_logits(settings):
-    tokens, _ = fw.retrieval_batch(5, 4, gen(22))
+    tokens, _ = experiment.retrieval_batch(5, 4, gen(22))
     with seeded(0):
-        model = fw.RetrievalNet(hidden_size=8, embedding_size=12, **settings)
+        model = experiment.RetrievalNet(hidden_size=8, embedding_size=12, **settings)
     assert model(tokens).shape == (5, 10)
 
 
 def test_the_ablation_and_the_lstm_have_the_same_hidden_size():
-    ablation = fw.RetrievalNet(fast_lr=0.0)
-    lstm = fw.RetrievalNet(lstm=True)
+    ablation = experiment.RetrievalNet(fast_lr=0.0)
+    lstm = experiment.RetrievalNet(lstm=True)
     assert ablation.core.fast_lr == 0.0 and ablation.core.hidden_size == 32
     assert lstm.core.hidden_size == 32
 
 
 def test_retrieval_net_rejects_bad_settings_and_tokens():
     with pytest.raises(ValueError, match="LSTM takes no fast-weight settings"):
-        fw.RetrievalNet(lstm=True, decay=0.9)
+        experiment.RetrievalNet(lstm=True, decay=0.9)
     with pytest.raises(TypeError, match="lstm must be True or False"):
-        fw.RetrievalNet(lstm="yes")
-    model = fw.RetrievalNet(hidden_size=4, embedding_size=5)
+        experiment.RetrievalNet(lstm="yes")
+    model = experiment.RetrievalNet(hidden_size=4, embedding_size=5)
     with pytest.raises(TypeError, match="tokens must be a torch.int64 tensor"):
         model(torch.zeros(2, 11))
     with pytest.raises(ValueError, match=r"token ids must lie in \[0, 36\]"):
@@ -301,23 +305,23 @@ def test_retrieval_net_rejects_bad_settings_and_tokens():
 
 
 def test_retrieval_accuracy_counts_the_largest_logit_and_rejects_mismatched_answers():
-    tokens, answers = fw.retrieval_batch(64, 4, gen(26))
+    tokens, answers = experiment.retrieval_batch(64, 4, gen(26))
     with seeded(0):
-        model = fw.RetrievalNet(hidden_size=8, embedding_size=12)
+        model = experiment.RetrievalNet(hidden_size=8, embedding_size=12)
     model.train()
     with torch.no_grad():
         expected = (model(tokens).argmax(1) == answers).float().mean().item()
-    assert fw.retrieval_accuracy(model, (tokens, answers)) == expected
+    assert experiment.retrieval_accuracy(model, (tokens, answers)) == expected
     assert model.training  # the model's mode is restored
     with pytest.raises(ValueError, match="answers must have shape"):
-        fw.retrieval_accuracy(model, (tokens, answers[:5]))
+        experiment.retrieval_accuracy(model, (tokens, answers[:5]))
 
 
 def test_attention_at_query_reads_the_states_before_the_last_step():
-    tokens, _ = fw.retrieval_batch(3, 4, gen(23))
+    tokens, _ = experiment.retrieval_batch(3, 4, gen(23))
     with seeded(0):
-        model = fw.RetrievalNet(hidden_size=8, embedding_size=12).double()
-    weights = fw.attention_at_query(model, tokens)
+        model = experiment.RetrievalNet(hidden_size=8, embedding_size=12).double()
+    weights = experiment.attention_at_query(model, tokens)
     assert weights.shape == (3, 10)
     trace = model.core.trace(model.embedding(tokens))
     query = trace.preliminary[:, -1]
@@ -327,22 +331,25 @@ def test_attention_at_query_reads_the_states_before_the_last_step():
 
 def test_attention_at_query_rejects_a_model_without_fast_weights():
     with pytest.raises(TypeError, match="fast-weights core"):
-        fw.attention_at_query(fw.RetrievalNet(lstm=True), fw.retrieval_batch(2)[0])
+        experiment.attention_at_query(
+            experiment.RetrievalNet(lstm=True), experiment.retrieval_batch(2)[0]
+        )
 
 
 def test_training_is_reproducible_and_lowers_the_loss():
-    validation = fw.retrieval_batch(200, 2, gen(24))
+    validation = experiment.retrieval_batch(200, 2, gen(24))
     runs = [
-        fw.train_retrieval(validation, seed=3, steps=40, n_pairs=2, eval_every=20) for _ in range(2)
+        experiment.train_retrieval(validation, seed=3, steps=40, n_pairs=2, eval_every=20)
+        for _ in range(2)
     ]
     history, again = runs[0].history, runs[1].history
     assert history.steps == [20, 40]
     assert history.metrics == again.metrics
     assert all(0.0 <= a <= 1.0 for a in history["val_accuracy"])
     assert not runs[0].model.training
-    tokens, answers = fw.retrieval_batch(256, 2, gen(25))
+    tokens, answers = experiment.retrieval_batch(256, 2, gen(25))
     with seeded(3):
-        untrained = fw.RetrievalNet()
+        untrained = experiment.RetrievalNet()
     with torch.no_grad():
         loss_before = F.cross_entropy(untrained(tokens), answers)
         loss_after = F.cross_entropy(runs[0].model(tokens), answers)
@@ -350,8 +357,8 @@ def test_training_is_reproducible_and_lowers_the_loss():
 
 
 def test_another_seed_gives_another_run():
-    validation = fw.retrieval_batch(100, 2, gen(27))
-    a, b = (fw.train_retrieval(validation, seed=s, steps=5, n_pairs=2) for s in (0, 1))
+    validation = experiment.retrieval_batch(100, 2, gen(27))
+    a, b = (experiment.train_retrieval(validation, seed=s, steps=5, n_pairs=2) for s in (0, 1))
     assert a.history["loss"] != b.history["loss"]
 
 
@@ -382,8 +389,84 @@ def test_the_rnn_rejects_inputs_of_the_wrong_shape_or_type():
 
 
 def test_train_retrieval_rejects_bad_arguments():
-    validation = fw.retrieval_batch(10)
+    validation = experiment.retrieval_batch(10)
     with pytest.raises(ValueError, match="lr"):
-        fw.train_retrieval(validation, seed=0, steps=1, lr=0.0)
+        experiment.train_retrieval(validation, seed=0, steps=1, lr=0.0)
     with pytest.raises(ValueError, match="validation answers must have shape"):
-        fw.train_retrieval((validation[0], validation[1][:5]), seed=0, steps=1)
+        experiment.train_retrieval((validation[0], validation[1][:5]), seed=0, steps=1)
+
+
+# -- the chapter's measurements --------------------------------------------------------------------
+
+
+def test_written_out_read_is_the_sum_and_its_shared_form_pools_the_batch():
+    hs, query = randn(3, 5, 4, seed=30), randn(3, 4, seed=31)
+    read = experiment.written_out_read(hs, query, 0.8, 0.5)
+    for b in range(3):
+        expected = sum(
+            0.5 * 0.8 ** (4 - tau) * hs[b, tau] * (hs[b, tau] @ query[b]) for tau in range(5)
+        )
+        assert torch.allclose(read[b], expected, atol=1e-12)
+    assert torch.allclose(read, fw.attention_readout(hs, query, 0.8, 0.5), atol=1e-12)
+    shared = experiment.written_out_read(hs, query, 0.8, 0.5, shared=True)
+    pooled = sum(
+        experiment.written_out_read(hs[c : c + 1].expand(3, -1, -1), query, 0.8, 0.5)
+        for c in range(3)
+    )
+    assert torch.allclose(shared, pooled, atol=1e-12)
+
+
+def test_by_the_equations_matches_the_reference_and_the_module():
+    rnn = make_rnn(decay=0.9, fast_lr=0.6, inner_steps=2)
+    x = randn(3, 6, 5, seed=32)
+    with torch.no_grad():
+        states = experiment.by_the_equations(rnn, x)
+        assert torch.allclose(states, reference_hidden(rnn, x), rtol=0, atol=1e-10)
+        assert torch.allclose(states, rnn(x)[0], rtol=0, atol=1e-10)
+        late = experiment.by_the_equations(rnn, x, late=True)
+        assert torch.allclose(late, reference_hidden(rnn, x, lag=True), rtol=0, atol=1e-10)
+        assert (late - states).abs().max() > 1e-3
+
+
+def test_queried_over_others_and_relative_to_other_pairs_by_hand():
+    by_role = {
+        "queried key": 4.0,
+        "its value": 2.0,
+        "other keys": 1.0,
+        "other values": 3.0,
+        "'?' marks": 6.0,
+    }
+    assert experiment.relative_to_other_pairs(by_role) == [2.0, 1.0, 0.5, 1.5, 3.0]
+    tokens, _ = experiment.retrieval_batch(16, 4, gen(33))
+    with seeded(0):
+        model = experiment.RetrievalNet(hidden_size=8, embedding_size=12)
+    roles = experiment.mean_weight_by_role(experiment.attention_at_query(model, tokens), tokens)
+    ratio = experiment.queried_over_others(model, tokens)
+    relative = experiment.relative_to_other_pairs(roles)
+    assert ratio == pytest.approx((relative[0] + relative[1]) / 2)
+
+
+def test_read_with_settings_reads_at_the_settings_and_restores_them():
+    sequences = experiment.retrieval_batch(32, 4, gen(34))
+    with seeded(0):
+        model = experiment.RetrievalNet(hidden_size=8, embedding_size=12)
+    accuracy, weights, by_role = experiment.read_with_settings(
+        model, sequences, decay=0.5, fast_lr=0.25, inner_steps=2
+    )
+    assert (model.core.decay, model.core.fast_lr, model.core.inner_steps) == (0.95, 0.5, 1)
+    with model.core.settings(decay=0.5, fast_lr=0.25, inner_steps=2):
+        assert torch.equal(weights, experiment.attention_at_query(model, sequences[0]))
+        assert accuracy == experiment.retrieval_accuracy(model, sequences)
+    assert by_role == experiment.mean_weight_by_role(weights, sequences[0])
+    assert (
+        experiment.read_with_settings(
+            model, sequences, decay=0.5, fast_lr=0.25, inner_steps=2, accuracy=False
+        )[0]
+        is None
+    )
+
+
+def test_train_retrieval_returns_a_training_run():
+    validation = experiment.retrieval_batch(20, 2, gen(35))
+    run = experiment.train_retrieval(validation, seed=0, steps=2, n_pairs=2, eval_every=1)
+    assert isinstance(run, training.Run) and run.history.steps == [1, 2]

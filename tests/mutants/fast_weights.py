@@ -1,7 +1,9 @@
-"""Broken fast-weight memories: each patches papernotes.fast_weights where the chapter's training
-goes through it (the attention form of the memory, `StateMemory`, and `FastWeightsRNN.step`), and
-the matrix form the same way wherever the bug has a matrix counterpart, so that the two forms
-still agree with each other and only the paper's equations can tell.
+"""Broken fast-weight memories: each patches the mechanism, papernotes.fast_weights, where the
+chapter's training goes through it (the attention form of the memory, `StateMemory`, and
+`FastWeightsRNN.step`), and the matrix form the same way wherever the bug has a matrix
+counterpart, so that the two forms still agree with each other and only the paper's equations
+can tell. The experiment (papernotes.fast_weights.experiment) builds its networks and reads the
+memory through the module, so its runs see the patch.
 """
 
 import torch
