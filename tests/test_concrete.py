@@ -434,3 +434,46 @@ def test_error_messages_name_the_argument():
         )
     with pytest.raises(ValueError, match="strictly inside"):
         concrete.concrete_log_density(torch.tensor([1.0, 0.0, 0.0, 0.0]).double(), LOGITS, 1.0)
+
+
+# -- the density against sampled histograms -------------------------------------------------------
+
+EDGES = torch.linspace(-6.0, 8.0, 29, dtype=torch.float64)
+
+
+def test_histogram_distance_is_half_the_l1_distance_with_the_outside_as_a_cell():
+    p = torch.tensor([0.5, 0.5], dtype=torch.float64)
+    assert experiment.histogram_distance(p, torch.tensor([1.0, 0.0]).double()) == 0.5
+    # Half of q's mass lies outside the grid: that mass counts too (0.5 * (0.5 + 0.5)).
+    half = torch.tensor([0.25, 0.25], dtype=torch.float64)
+    assert experiment.histogram_distance(p, half) == pytest.approx(0.5)
+    assert experiment.histogram_distance(p, p) == 0.0
+
+
+def test_logit_histogram_counts_each_sample_in_its_cell():
+    # v = tau * (log y_1 - log y_3, log y_2 - log y_3) = (0.25, -0.75) at tau = 1: the cell of
+    # rows [0, 0.5) and columns [-1, -0.5); a sample far outside the grid is not counted.
+    inside = torch.softmax(torch.tensor([0.25, -0.75, 0.0], dtype=torch.float64), -1)
+    outside = torch.softmax(torch.tensor([20.0, 0.0, 0.0], dtype=torch.float64), -1)
+    h = experiment.logit_histogram(torch.stack([inside, outside]), 1.0, EDGES)
+    cells = len(EDGES) - 1
+    assert h.shape == (cells**2,)
+    assert h.sum().item() == 0.5
+    assert h[12 * cells + 10].item() == 0.5  # row cell 12 = [0, 0.5), column 10 = [-1, -0.5)
+
+
+def test_cell_masses_of_the_formula_match_a_sampled_histogram():
+    # The formula's masses sum to nearly 1 on this grid (a little lies outside) and match 200,000
+    # samples; the density without Gamma(K), half as large, is far from them.
+    for tau in (0.5, 1.0):
+        masses = experiment.cell_masses(
+            lambda y, t: concrete.concrete_log_density(y, LOGITS_3, t), tau, EDGES
+        )
+        assert 0.99 < masses.sum().item() <= 1.0
+        y = concrete.concrete_sample(LOGITS_3.expand(200_000, -1), tau, generator=gen(27))
+        sampled = experiment.logit_histogram(y, tau, EDGES)
+        assert experiment.histogram_distance(sampled, masses) < 0.03
+        halved = experiment.cell_masses(
+            lambda y, t: concrete.concrete_log_density(y, LOGITS_3, t) - math.lgamma(3), tau, EDGES
+        )
+        assert experiment.histogram_distance(sampled, halved) > 0.4

@@ -1,8 +1,9 @@
 """The chapter's experiments on the Concrete distribution (chapters/concrete.ipynb).
 
-Goodness-of-fit of the samplers (Pearson's chi-square), the estimator lab's test objective and
-its bias / variance measurements, and the Gumbel-softmax paper's categorical VAE (its Table 1
-experiment, at digits scale) trained with the relaxed gradient, straight-through or REINFORCE.
+Goodness-of-fit of the samplers (Pearson's chi-square), the density against sampled
+histograms, the estimator lab's test objective and its bias / variance measurements, and the
+Gumbel-softmax paper's categorical VAE (its Table 1 experiment, at digits scale) trained with
+the relaxed gradient, straight-through or REINFORCE.
 The mechanism itself is `papernotes.concrete`; this module calls it through the module, so
 that a patched mechanism (tests/mutants/concrete.py) reaches every experiment.
 """
@@ -50,6 +51,50 @@ def chi_square_critical_value(k: int, level: float = 1e-3) -> float:
     from scipy.stats import chi2
 
     return float(chi2.isf(level, checks.integer("k", k, 2) - 1))
+
+
+# -- the density against sampled histograms, K = 3 ------------------------------------------------
+# The density is compared in v = tau (log y_1 - log y_3, log y_2 - log y_3), where it is smooth
+# (on the simplex it piles up at the corners): a histogram of samples on a square grid of v
+# against the formula's mass in each cell.
+
+
+def logit_histogram(y: torch.Tensor, temperature: float, edges: torch.Tensor) -> torch.Tensor:
+    """The fraction of the samples y (N, 3) in each cell of the square grid `edges` x `edges`
+    of v, row-major, shape ((len(edges) - 1)^2,); samples outside the grid are not counted."""
+    checks.tensor("y", y, "(N, 3)", dtype="floating")
+    checks.tensor("edges", edges, "(E,)", dtype="floating")
+    # v = tau (log y_k - log y_3), k = 1, 2
+    v = temperature * (torch.log(y[:, :2]) - torch.log(y[:, 2:]))
+    cells = torch.bucketize(v, edges) - 1
+    inside = ((cells >= 0) & (cells < len(edges) - 1)).all(-1)
+    flat = cells[inside, 0] * (len(edges) - 1) + cells[inside, 1]
+    return torch.bincount(flat, minlength=(len(edges) - 1) ** 2).double() / len(y)
+
+
+def cell_masses(log_density, temperature: float, edges: torch.Tensor, sub: int = 4):
+    """The mass that the density `log_density(y, temperature)` on the simplex (K = 3) puts in
+    each cell of `logit_histogram`'s grid, by the midpoint rule with sub x sub points per cell."""
+    checks.tensor("edges", edges, "(E,)", dtype="floating")
+    sub = checks.integer("sub", sub)
+    width = (edges[1] - edges[0]).item()
+    offsets = (torch.arange(sub, dtype=torch.float64) + 0.5) / sub * width
+    centres = (edges[:-1, None] + offsets).reshape(-1)
+    v1, v2 = torch.meshgrid(centres, centres, indexing="ij")
+    # y = softmax((v_1, v_2, 0) / tau); p(v) = p(y) |dy/dv| = p(y) prod_k y_k / tau^2
+    log_y = torch.log_softmax(torch.stack([v1, v2, torch.zeros_like(v1)], -1) / temperature, -1)
+    log_p_v = log_density(log_y.exp(), temperature) + log_y.sum(-1) - 2 * math.log(temperature)
+    cells = len(edges) - 1
+    masses = (log_p_v.exp() * (width / sub) ** 2).reshape(cells, sub, cells, sub).sum((1, 3))
+    return masses.reshape(-1)
+
+
+def histogram_distance(p: torch.Tensor, q: torch.Tensor) -> float:
+    """Half the L1 distance between two cell masses (C,), with the mass outside the grid as one
+    more cell: the total variation between the two distributions, seen through the grid."""
+    c = checks.tensor("p", p, "(C,)")["C"]
+    checks.tensor("q", q, "(C,)", C=c)
+    return 0.5 * ((p - q).abs().sum() + ((1 - p.sum()) - (1 - q.sum())).abs()).item()
 
 
 # -- the estimator lab ---------------------------------------------------------------------------
