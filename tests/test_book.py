@@ -48,8 +48,21 @@ def test_each_chapter_has_a_paper_folder_a_test_file_and_mutants_named_alike(pat
 
 
 def test_the_shared_layer_is_files_and_every_folder_is_a_chapters_paper():
-    folders = {p.name for p in (book.ROOT / "papernotes").iterdir() if p.is_dir()}
-    assert folders - {"__pycache__"} == {p.stem for p in CHAPTERS}
+    packages = {p.parent.name for p in (book.ROOT / "papernotes").glob("*/__init__.py")}
+    assert packages == {p.stem for p in CHAPTERS}
+
+
+def test_an_installed_papernotes_ships_every_papers_folder():
+    # Colab's setup cell pip-installs the repository: a folder left out of the wheel would make
+    # `from papernotes.<slug> import experiment` fail there and nowhere else.
+    import tomllib
+
+    from setuptools import find_packages
+
+    config = tomllib.loads((book.ROOT / "pyproject.toml").read_text())
+    found = config["tool"]["setuptools"]["packages"]["find"]
+    shipped = set(find_packages(str(book.ROOT), include=found["include"]))
+    assert {f"papernotes.{p.stem}" for p in CHAPTERS} <= shipped
 
 
 @pytest.mark.parametrize("path", CHAPTERS, ids=chapter_id)
