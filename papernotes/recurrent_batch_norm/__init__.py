@@ -197,6 +197,10 @@ class BNLSTM(nn.Module):
         h, c = _initial_state(state, batch, self.hidden_size, x)
         if self.training:
             _check_trainable(steps, batch, self.max_steps)
+        return self._unroll(x, h, c)
+
+    def _unroll(self, x: torch.Tensor, h: torch.Tensor, c: torch.Tensor):
+        """The BN-LSTM's steps over x (B, T, D) from (h, c), arguments already checked."""
         split = 3 * self.hidden_size
         # BN(W_x x_t; gamma_x, 0) + b for every t at once: the input term does not depend on
         # the state. (beta_x = beta_h = 0: the bias b already shifts their sum.)
