@@ -348,3 +348,17 @@ def test_predicted_masks_follow_the_classifier():
     assert torch.equal(masks, torch.ones(5, 24, 24, dtype=torch.long))
     with pytest.raises(ValueError, match="images"):
         experiment.predict_masks(net, classifier, data.images[:, 0], ["conv1"])
+
+
+def test_most_correlated_channel_finds_the_channel_that_follows_the_mask_either_way():
+    data = experiment.generate_shapes(6, size=12, generator=gen(40))
+    noise = torch.randn(6, 1, 12, 12, generator=gen(41))
+    inverted = 1.0 - data.masks.float().unsqueeze(1)  # anti-correlated: counts by |corr|
+    coarse = torch.nn.functional.avg_pool2d(data.masks.float().unsqueeze(1), 3)
+    assert experiment.most_correlated_channel(torch.cat([noise, inverted], 1), data.masks) == 1
+    # A coarse map is upsampled to the masks' size first.
+    coarse_noise = torch.nn.functional.avg_pool2d(noise, 3)
+    maps = torch.cat([coarse_noise, coarse, coarse_noise], 1)
+    assert experiment.most_correlated_channel(maps, data.masks) == 1
+    with pytest.raises(ValueError, match="layer_map"):
+        experiment.most_correlated_channel(noise[:3], data.masks)

@@ -320,3 +320,17 @@ def predict_masks(
             h = hypercolumns.hypercolumns(maps, tuple(x.shape[-2:]))
             masks.append(classifier(h).argmax(1))
     return torch.cat(masks)
+
+
+def most_correlated_channel(layer_map: torch.Tensor, masks: torch.Tensor) -> int:
+    """The channel of a layer's maps (N, C, h, w) whose upsampled values correlate most (in
+    absolute value, over every pixel of every image) with the figure-ground masks (N, H, W):
+    the channel worth drawing for that layer."""
+    shape = checks.tensor("masks", masks, "(N, H, W)")
+    checks.tensor("layer_map", layer_map, "(N, C, h, w)", N=shape["N"], dtype="floating")
+    up = hypercolumns.upsample(layer_map, tuple(masks.shape[-2:])).transpose(0, 1).flatten(1)
+    mask = masks.flatten().float()
+    up = up - up.mean(1, keepdim=True)
+    # Pearson's correlation of each channel (C, pixels) with the mask
+    corr = (up @ (mask - mask.mean())) / (up.norm(dim=1) * (mask - mask.mean()).norm() + 1e-12)
+    return int(corr.abs().argmax())
