@@ -27,8 +27,8 @@ Streams have names. Each experiment module names the streams it draws from once,
 ones each chapter's published numbers were drawn with; a name says what the stream is for.
 
 One run type. `Run` holds what every training run ends with, the model and its History; a paper
-whose run also returns a measurement (the percentile bands of batch_norm, the temperatures of
-concrete) subclasses it with those fields.
+whose run also returns a measurement (the percentile bands of batch_norm, the epochs to fit of
+rethinking_generalization) subclasses it with those fields.
 
 The progress bar is tqdm.auto (a widget in Jupyter, text in a terminal) and is off under CI,
 nbval and the book build (see `papernotes.chapter.quiet`), where nobody watches it and its rates

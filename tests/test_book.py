@@ -56,7 +56,6 @@ def test_an_installed_papernotes_ships_every_papers_folder():
     # Colab's setup cell pip-installs the repository: a folder left out of the wheel would make
     # `from papernotes.<slug> import experiment` fail there and nowhere else.
     import tomllib
-
     from setuptools import find_packages
 
     config = tomllib.loads((book.ROOT / "pyproject.toml").read_text())

@@ -98,8 +98,8 @@ def test_licences_citation_and_footer():
 def test_links_and_citation_follow_the_repository_url():
     parts = book.repository_parts()
     readme = (book.ROOT / "README.md").read_text()
-    assert book.readme_links() in readme, "run `make stamp`"
-    assert (book.ROOT / "CITATION.cff").read_text() == book.citation(), "run `make stamp`"
+    assert book.readme_links() in readme, "run `make links`"
+    assert (book.ROOT / "CITATION.cff").read_text() == book.citation(), "run `make links`"
     citation = yaml.safe_load(book.citation())
     assert citation["repository-code"] == parts["url"] and citation["url"] == parts["pages"]
     assert parts["pages"] in readme
