@@ -10,16 +10,19 @@ import torch.nn.functional as F
 
 from conftest import gen, randn
 from papernotes import hypercolumns as hc
+from papernotes import training
 from papernotes.data import Standardizer
 from papernotes.hypercolumns import experiment
 
 
-def random_classifier(n_features, grid, seed=0, n_outputs=2, dtype=torch.float64):
+def random_classifier(n_features, grid, seed=0, n_outputs=2, dtype=torch.float64, n_categories=1):
     """A LocationClassifier with random weights, biases and feature statistics."""
     standardizer = Standardizer(
         randn(n_features, seed=seed), 0.5 + torch.rand(n_features, generator=gen(seed + 1))
     )
-    classifier = hc.LocationClassifier(n_features, standardizer, grid=grid, n_outputs=n_outputs)
+    classifier = hc.LocationClassifier(
+        n_features, standardizer, grid=grid, n_outputs=n_outputs, n_categories=n_categories
+    )
     with torch.no_grad():
         classifier.weight.copy_(randn(*classifier.weight.shape, seed=seed + 2))
         classifier.bias.copy_(randn(*classifier.bias.shape, seed=seed + 3))
@@ -77,9 +80,10 @@ def test_upsampling_puts_each_cell_at_the_centre_of_the_pixels_it_pools():
 
 
 def test_select_keeps_the_named_layers_in_the_networks_order():
-    maps = pyramid()
-    assert [m.shape[1] for m in hc.select(maps, ["gap", "conv1"])] == [3, 5]
-    assert hc.select(maps, ["gap"])[0] is maps[2]
+    maps = pyramid(channels=(3, 4, 5, 6))
+    assert [m.shape[1] for m in hc.select(maps, ["gap", "conv1"])] == [3, 6]
+    assert [m.shape[1] for m in hc.select(maps, ["pool3", "pool2"])] == [4, 5]
+    assert hc.select(maps, ["gap"])[0] is maps[3]
 
 
 def test_hypercolumns_reject_bad_input():
@@ -123,8 +127,8 @@ def test_standardizer_rejects_bad_input():
 def test_one_cell_is_a_plain_1x1_convolution():
     classifier = random_classifier(12, grid=1)
     h = hc.hypercolumns(pyramid(), 24)
-    w = classifier.weight[0] / classifier.feature_std  # (n, D): the standardisation folded in
-    b = classifier.bias[0] - w @ classifier.feature_mean
+    w = classifier.weight[0, 0] / classifier.feature_std  # (n, D): the standardisation folded in
+    b = classifier.bias[0, 0] - w @ classifier.feature_mean
     conv = F.conv2d(h, w[:, :, None, None], b)
     assert torch.allclose(classifier(h), conv, atol=1e-10)
 
@@ -135,7 +139,7 @@ def test_a_pixel_at_a_cells_centre_gets_exactly_that_cells_classifier():
     classifier = random_classifier(6, grid=grid, seed=4)
     h = randn(1, 6, size, size, seed=5)
     out = classifier(h)
-    per_cell = classifier.per_cell(h)  # (1, K^2, n, H, W)
+    per_cell = classifier.per_cell(h, torch.zeros(1, dtype=torch.long))  # (1, K^2, n, H, W)
     for row, r in enumerate((2, 7, 12)):
         for col, c in enumerate((2, 7, 12)):
             assert torch.allclose(out[0, :, r, c], per_cell[0, row * grid + col, :, r, c])
@@ -167,6 +171,49 @@ def test_sampled_pixels_get_the_same_logits_as_the_whole_map():
     assert torch.allclose(pixels, classifier(h)[1, :, rows, cols].T, atol=1e-12)
 
 
+def test_each_window_gets_the_classifiers_of_its_own_category():
+    # Three sets of 3 x 3 classifiers; window b must be scored by set categories[b] alone, as a
+    # one-set classifier holding only that set scores it.
+    classifier = random_classifier(12, grid=3, seed=20, n_categories=3)
+    h = hc.hypercolumns(pyramid(seed=21), 24)
+    categories = torch.tensor([2, 1])
+    out = classifier(h, categories)
+    for b, c in enumerate(categories.tolist()):
+        alone = random_classifier(12, grid=3, seed=20)
+        with torch.no_grad():
+            alone.weight.copy_(classifier.weight[c : c + 1])
+            alone.bias.copy_(classifier.bias[c : c + 1])
+        assert torch.allclose(out[b], alone(h[b : b + 1])[0], atol=1e-12)
+    assert not torch.allclose(out[0], classifier(h, torch.tensor([0, 1]))[0])
+    rows, cols = torch.tensor([3, 20]), torch.tensor([7, 1])
+    beta = hc.interpolation_weights(3, (24, 24)).double()[:, rows, cols].T
+    pixels = classifier.at_pixels(h[0, :, rows, cols].T, beta, torch.tensor([2, 2]))
+    assert torch.allclose(pixels, out[0, :, rows, cols].T, atol=1e-12)
+
+
+def test_categories_are_required_with_several_sets_and_must_name_one():
+    classifier = random_classifier(12, grid=1, seed=22, n_categories=3)
+    h = hc.hypercolumns(pyramid(seed=23), 24)
+    with pytest.raises(ValueError, match="categories are required"):
+        classifier(h)
+    with pytest.raises(ValueError, match=r"categories must lie in \[0, 3\)"):
+        classifier(h, torch.tensor([0, 3]))
+    with pytest.raises(TypeError, match="categories"):
+        classifier(h, torch.tensor([0.0, 1.0]))
+
+
+def test_cell_membership_puts_each_pixel_in_exactly_its_own_cell():
+    member = hc.cell_membership(3, 24)
+    assert member.shape == (9, 24, 24)
+    assert torch.equal(member.sum(0), torch.ones(24, 24))
+    assert member[0, :8, :8].all() and member[4, 8:16, 8:16].all() and member[8, 16:, 16:].all()
+    assert member[1, :8, :8].sum() == 0
+    # At a cell's centre both weightings agree; near a cell border they do not.
+    beta = hc.interpolation_weights(3, 24)
+    assert beta[:, 4, 4].argmax() == member[:, 4, 4].argmax() == 0
+    assert beta[0, 4, 8].item() > 0.4 and member[0, 4, 8] == 0  # pixel 8 is cell 1
+
+
 def test_location_classifier_rejects_bad_input():
     standardizer = Standardizer(torch.zeros(4), torch.ones(4))
     with pytest.raises(ValueError, match="grid"):
@@ -190,6 +237,17 @@ def test_classifying_before_upsampling_equals_upsampling_before_classifying(grid
     efficient = hc.classify_then_upsample(classifier, maps, 24, align_corners=align_corners)
     assert efficient.shape == (2, 2, 24, 24)
     assert (explicit - efficient).abs().max().item() < 1e-5
+
+
+def test_classify_then_upsample_picks_each_windows_category_as_the_definition_does():
+    maps = pyramid(seed=30)
+    classifier = random_classifier(12, grid=3, seed=31, n_categories=3)
+    categories = torch.tensor([2, 0])
+    explicit = classifier(hc.hypercolumns(maps, 24), categories)
+    efficient = hc.classify_then_upsample(classifier, maps, 24, categories=categories)
+    assert torch.allclose(explicit, efficient, atol=1e-10)
+    with pytest.raises(ValueError, match="categories"):
+        hc.classify_then_upsample(classifier, maps, 24)
 
 
 def test_classify_then_upsample_rejects_a_mismatched_classifier():
@@ -255,10 +313,12 @@ def test_generate_shapes_rejects_bad_arguments():
         experiment.generate_shapes(5, clutter=1)
 
 
-def test_shapenet_maps_have_strides_1_4_8():
+def test_shapenet_maps_have_strides_1_4_8_and_a_global_top():
     net = experiment.ShapeNet((4, 5, 6))
-    maps = net.feature_maps(torch.zeros(3, 1, 24, 24))
-    assert [tuple(m.shape) for m in maps] == [(3, 4, 24, 24), (3, 5, 6, 6), (3, 6, 1, 1)]
+    maps = net.feature_maps(torch.randn(3, 1, 24, 24, generator=gen(12)))
+    shapes = [tuple(m.shape) for m in maps]
+    assert shapes == [(3, 4, 24, 24), (3, 5, 6, 6), (3, 6, 3, 3), (3, 6, 1, 1)]
+    assert torch.allclose(maps[3], maps[2].mean((2, 3), keepdim=True))  # gap averages pool3
     assert net(torch.zeros(3, 1, 24, 24)).shape == (3, 3)
     with pytest.raises(ValueError, match="channels"):
         experiment.ShapeNet((4, 5))
@@ -309,6 +369,45 @@ def test_a_pixel_classifier_learns_a_separable_rule():
         )
 
 
+def test_classifiers_per_category_and_per_cell_learn_what_one_shared_set_cannot():
+    # The label is the sign of the feature, flipped for category 1 and in the right half of the
+    # window: one set for all categories cannot fit it, one per category can; per cell, both
+    # the interpolated training and the test-time-only one can.
+    features = randn(6000, 1, seed=24).float()
+    positions = torch.randint(10, (6000, 2), generator=gen(25))
+    categories = torch.randint(2, (6000,), generator=gen(26))
+    flip = (categories == 1) ^ (positions[:, 1] >= 5)
+    labels = ((features[:, 0] > 0) ^ flip).long()
+    sample = experiment.PixelSample(features, labels, positions, (10, 10), None, categories)
+
+    def accuracy(interpolate, per_category):
+        classifier, _ = experiment.train_pixel_classifier(
+            sample, grid=2, per_category=per_category, interpolate=interpolate, seed=0
+        )
+        beta = hc.interpolation_weights(2, (10, 10))[:, positions[:, 0], positions[:, 1]].T
+        c = categories if per_category else None
+        return (classifier.at_pixels(features, beta, c).argmax(1) == labels).float().mean()
+
+    assert accuracy(True, per_category=False) < 0.75
+    assert accuracy(True, per_category=True) > 0.9
+    assert accuracy(False, per_category=True) > 0.9
+    with pytest.raises(ValueError, match="categories"):
+        experiment.train_pixel_classifier(
+            experiment.PixelSample(features, labels, positions, (10, 10)), per_category=True, seed=0
+        )
+
+
+def test_the_untrained_network_is_where_pretraining_starts():
+    data = experiment.generate_shapes(64, generator=gen(27))
+    start = experiment.untrained(seed=3)
+    trained, _ = experiment.pretrain(data, seed=3, steps=5)
+    with training.seeded(3):
+        fresh = experiment.ShapeNet()
+    for a, b, c in zip(start.parameters(), fresh.parameters(), trained.parameters(), strict=True):
+        assert torch.equal(a, b) and not a.requires_grad
+        assert not torch.equal(a, c)
+
+
 # -- measuring a segmentation ---------------------------------------------------------------------
 
 
@@ -343,11 +442,28 @@ def test_predicted_masks_follow_the_classifier():
     data = experiment.generate_shapes(5, generator=gen(19))
     classifier = hc.LocationClassifier(8, Standardizer(torch.zeros(8), torch.ones(8)))
     with torch.no_grad():
-        classifier.bias.copy_(torch.tensor([[0.0, 1.0]]))  # every pixel is figure
+        classifier.bias.copy_(torch.tensor([[[0.0, 1.0]]]))  # every pixel is figure
     masks = experiment.predict_masks(net, classifier, data.images, ["conv1"], chunk=2)
     assert torch.equal(masks, torch.ones(5, 24, 24, dtype=torch.long))
     with pytest.raises(ValueError, match="images"):
         experiment.predict_masks(net, classifier, data.images[:, 0], ["conv1"])
+
+
+def test_paired_iou_difference_on_hand_made_windows():
+    truth = torch.zeros(4, 2, 2, dtype=torch.long)
+    truth[:, 0] = 1  # two figure pixels per window
+    first = truth.clone()
+    second = truth.clone()
+    second[:, 0, 1] = 0  # misses one of them: IoU 1/2
+    difference, error = experiment.paired_iou_difference(first, second, truth, generator=gen(28))
+    assert difference == pytest.approx(0.5)
+    assert error == pytest.approx(0.0, abs=1e-12)  # every window the same: no spread
+    second[0] = truth[0]  # now one window of four is right: the resamples disagree
+    difference, error = experiment.paired_iou_difference(first, second, truth, generator=gen(29))
+    assert difference == pytest.approx(1 - 5 / 8)
+    assert error > 0.05
+    same, none = experiment.paired_iou_difference(first, first, truth)
+    assert same == 0.0 and none == 0.0
 
 
 def test_most_correlated_channel_finds_the_channel_that_follows_the_mask_either_way():

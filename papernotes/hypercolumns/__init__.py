@@ -30,7 +30,8 @@ from torch import nn
 from papernotes import checks
 from papernotes.data import Standardizer
 
-LAYERS = ("conv1", "pool2", "gap")  # fine (stride 1), middle (stride 4), top (one cell)
+# fine (stride 1), middle (stride 4), coarse (stride 8), top (one cell for the whole window)
+LAYERS = ("conv1", "pool2", "pool3", "gap")
 
 # -- 1. the hypercolumn ---------------------------------------------------------------------------
 
@@ -108,31 +109,54 @@ def interpolation_weights(grid: int, size: int | tuple[int, int]) -> torch.Tenso
     return beta.float()
 
 
+def cell_membership(grid: int, size: int | tuple[int, int]) -> torch.Tensor:
+    """(K^2, H, W): 1 where pixel i lies in grid cell k (row-major), else 0.
+
+    The paper's system without fine-tuning trains each cell's classifier on the pixels of its
+    own cell and interpolates the classifiers at test time only; these are the weights its
+    training sees in place of `interpolation_weights`.
+    """
+    h, w = _size(size)
+    grid = checks.integer("grid", grid)
+    # k(i) = floor(K row_i / H) K + floor(K col_i / W)
+    rows = torch.arange(h) * grid // h
+    cols = torch.arange(w) * grid // w
+    cell = rows[:, None] * grid + cols[None, :]
+    return (cell[None] == torch.arange(grid * grid)[:, None, None]).float()
+
+
 class LocationClassifier(nn.Module):
     """K x K linear classifiers over D-dimensional hypercolumns, n outputs each, interpolated by
-    pixel position.
+    pixel position, one such set per category (the detection's category picks it).
 
-    `grid=1` is one linear classifier for every pixel (a 1 x 1 convolution). The per-channel
-    standardisation of the features is part of the classifier (buffers `feature_mean`,
-    `feature_std`, from a `data.Standardizer` fitted on the training pixels: layers can differ
-    in scale by orders of magnitude, and an unnormalised classifier is dominated by the
-    largest), so it takes raw hypercolumns.
+    `grid=1` is one linear classifier for every pixel (a 1 x 1 convolution); `n_categories=1`
+    is one set for every window. The per-channel standardisation of the features is part of the
+    classifier (buffers `feature_mean`, `feature_std`, from a `data.Standardizer` fitted on the
+    training pixels: layers can differ in scale by orders of magnitude, and an unnormalised
+    classifier is dominated by the largest), so it takes raw hypercolumns.
     """
 
     def __init__(
-        self, n_features: int, standardizer: Standardizer, *, grid: int = 1, n_outputs: int = 2
+        self,
+        n_features: int,
+        standardizer: Standardizer,
+        *,
+        grid: int = 1,
+        n_outputs: int = 2,
+        n_categories: int = 1,
     ):
         super().__init__()
         self.n_features = checks.integer("n_features", n_features)
         self.grid = checks.integer("grid", grid)
         self.n_outputs = checks.integer("n_outputs", n_outputs)
+        self.n_categories = checks.integer("n_categories", n_categories)
         checks.tensor("standardizer.mean", standardizer.mean, "(D,)", D=n_features)
         checks.tensor("standardizer.std", standardizer.std, "(D,)", D=n_features)
         self.register_buffer("feature_mean", standardizer.mean.clone())
         self.register_buffer("feature_std", standardizer.std.clone())
-        k2 = self.grid**2
-        self.weight = nn.Parameter(torch.zeros(k2, n_outputs, n_features))  # W_k
-        self.bias = nn.Parameter(torch.zeros(k2, n_outputs))  # b_k
+        shape = (self.n_categories, self.grid**2, n_outputs)
+        self.weight = nn.Parameter(torch.zeros(*shape, n_features))  # W_ck
+        self.bias = nn.Parameter(torch.zeros(*shape))  # b_ck
 
     def standardize(self, h: torch.Tensor, dim: int = -1, start: int = 0) -> torch.Tensor:
         """The channels from `start` on, standardised along `dim`."""
@@ -143,29 +167,51 @@ class LocationClassifier(nn.Module):
         mean, std = self.feature_mean[start:stop], self.feature_std[start:stop]
         return (h - mean.view(shape)) / std.view(shape)
 
-    def per_cell(self, h: torch.Tensor) -> torch.Tensor:
-        """Every cell's classifier at every position: (B, D, H, W) -> (B, K^2, n, H, W)."""
-        # g_k(h) = W_k h + b_k
-        z = torch.einsum("kod,bdhw->bkohw", self.weight, self.standardize(h, dim=1))
-        return z + self.bias[None, :, :, None, None]
+    def categories_of(self, categories: torch.Tensor | None, n: int) -> torch.Tensor:
+        """Checked category indices (n,); None means category 0, allowed with one set only."""
+        if categories is None:
+            if self.n_categories != 1:
+                raise ValueError(
+                    f"categories are required: the classifier holds {self.n_categories} sets"
+                )
+            return torch.zeros(n, dtype=torch.long)
+        checks.tensor("categories", categories, "(N,)", N=n, dtype=torch.long)
+        if ((categories < 0) | (categories >= self.n_categories)).any():
+            raise ValueError(f"categories must lie in [0, {self.n_categories})")
+        return categories
 
-    def forward(self, h: torch.Tensor) -> torch.Tensor:
-        """Logits (B, n, H, W) of hypercolumn maps (B, D, H, W): upsample, then classify."""
+    def per_cell(self, h: torch.Tensor, categories: torch.Tensor) -> torch.Tensor:
+        """Every cell's classifier of each window's category at every position:
+        (B, D, H, W) -> (B, K^2, n, H, W)."""
+        # g_ck(h) = W_ck h + b_ck, c the window's category
+        z = torch.einsum("bkod,bdhw->bkohw", self.weight[categories], self.standardize(h, dim=1))
+        return z + self.bias[categories][:, :, :, None, None]
+
+    def forward(self, h: torch.Tensor, categories: torch.Tensor | None = None) -> torch.Tensor:
+        """Logits (B, n, H, W) of hypercolumn maps (B, D, H, W) of windows of `categories` (B,):
+        upsample, then classify."""
         checks.tensor("h", h, "(B, D, H, W)", D=self.n_features, dtype="floating")
-        return self.classify(h)
+        return self.classify(h, self.categories_of(categories, h.shape[0]))
 
-    def classify(self, h: torch.Tensor) -> torch.Tensor:
-        """`forward` on checked hypercolumn maps: every cell's classifier at every pixel, mixed
-        by the pixel's bilinear weights among the cell centres."""
+    def classify(self, h: torch.Tensor, categories: torch.Tensor) -> torch.Tensor:
+        """`forward` on checked hypercolumn maps: every cell's classifier of the window's
+        category at every pixel, mixed by the pixel's bilinear weights among the cell centres."""
         beta = interpolation_weights(self.grid, tuple(h.shape[-2:])).to(h.dtype)  # (K^2, H, W)
-        # y_i = sum_k beta_ik (W_k h_i + b_k)
-        return torch.einsum("khw,bkohw->bohw", beta, self.per_cell(h))
+        # y_i = sum_k beta_ik (W_ck h_i + b_ck)
+        return torch.einsum("khw,bkohw->bohw", beta, self.per_cell(h, categories))
 
-    def at_pixels(self, h: torch.Tensor, beta: torch.Tensor) -> torch.Tensor:
-        """Logits (N, n) of sampled pixels: hypercolumns (N, D) with their weights (N, K^2)."""
-        # W_k h_i + b_k for every cell k, then y_i = sum_k beta_ik (...)
-        scores = torch.einsum("kod,nd->nko", self.weight, self.standardize(h)) + self.bias
-        return torch.einsum("nk,nko->no", beta, scores)
+    def at_pixels(
+        self, h: torch.Tensor, beta: torch.Tensor, categories: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """Logits (N, n) of sampled pixels: hypercolumns (N, D) with their weights (N, K^2) and
+        their windows' categories (N,)."""
+        c = self.categories_of(categories, h.shape[0])
+        # W_ck h_i + b_ck for every category c and cell k (one matrix product), then the
+        # pixel's own category's K^2 cells
+        scores = self.standardize(h) @ self.weight.flatten(0, 2).T + self.bias.flatten()
+        scores = scores.view(h.shape[0], *self.bias.shape)[torch.arange(h.shape[0]), c]
+        # y_i = sum_k beta_ik (...)
+        return (beta.unsqueeze(-1) * scores).sum(1)
 
 
 # -- 3. classify, then upsample -------------------------------------------------------------------
@@ -176,21 +222,23 @@ def classify_then_upsample(
     feature_maps: Sequence[torch.Tensor],
     size: int | tuple[int, int],
     align_corners: bool = False,
+    categories: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """The classifier's logits (B, n, H, W) computed the paper's efficient way: each layer's
-    block of every cell's classifier runs as a 1 x 1 convolution on that layer's coarse map
-    (standardised), the K^2 n output channels are upsampled and summed over the layers, the
-    biases added, and the cells combined with their bilinear weights.
-    Equal to `classifier(hypercolumns(feature_maps, size))` by linearity."""
+    block of every cell's classifier (of the window's category) runs as a 1 x 1 convolution on
+    that layer's coarse map (standardised), the K^2 n output channels are upsampled and summed
+    over the layers, the biases added, and the cells combined with their bilinear weights.
+    Equal to `classifier(hypercolumns(feature_maps, size), categories)` by linearity."""
     size = _size(size)
     maps = _check_maps(feature_maps)
     checks.boolean("align_corners", align_corners)
+    categories = classifier.categories_of(categories, maps[0].shape[0])
     total = sum(m.shape[1] for m in maps)
     if total != classifier.n_features:
         raise ValueError(
             f"feature_maps hold {total} channels; the classifier takes {classifier.n_features}"
         )
-    return classify_coarse(classifier, maps, size, align_corners)
+    return classify_coarse(classifier, maps, size, align_corners, categories)
 
 
 def classify_coarse(
@@ -198,19 +246,24 @@ def classify_coarse(
     maps: Sequence[torch.Tensor],
     size: tuple[int, int],
     align_corners: bool = False,
+    categories: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """`classify_then_upsample` on checked maps: classify each coarse map, then upsample."""
+    c = torch.zeros(maps[0].shape[0], dtype=torch.long) if categories is None else categories
     k2, n = classifier.grid**2, classifier.n_outputs
+    ckn = classifier.n_categories * k2 * n
     # W sum_k alpha_ik F_k = sum_k alpha_ik (W F_k), block by block over the layers:
-    # sum_l upsample(W^(l) F^(l)) + b
-    out = classifier.bias.reshape(1, k2 * n, 1, 1)
+    # sum_l upsample(W^(l) F^(l)) + b, every category's classifiers at once
+    out = classifier.bias.reshape(1, ckn, 1, 1)
     start = 0
     for m in maps:
         stop = start + m.shape[1]
-        block = classifier.weight[:, :, start:stop].reshape(k2 * n, stop - start, 1, 1)
+        block = classifier.weight[..., start:stop].reshape(ckn, stop - start, 1, 1)
         coarse = F.conv2d(classifier.standardize(m, dim=1, start=start), block)
         out = out + upsample(coarse, size, align_corners)
         start = stop
+    # each window keeps its category's K^2 n channels
+    out = out.view(-1, classifier.n_categories, k2, n, *size)[torch.arange(len(c)), c]
     # y_i = sum_k beta_ik (...)
     beta = interpolation_weights(classifier.grid, size).to(out.dtype)
-    return torch.einsum("khw,bkohw->bohw", beta, out.view(-1, k2, n, *size))
+    return torch.einsum("khw,bkohw->bohw", beta, out)

@@ -118,20 +118,18 @@ class ShapeNet(nn.Module):
     """Three 3x3 convolutions, each followed by ReLU and 2x2 max-pooling, then global average
     pooling and a linear layer over the shape classes.
 
-    `feature_maps(x)` returns, like the paper's pool2, conv4 and fc7, a fine map, a coarse one
-    and a single vector: conv1 (the first convolution after its ReLU, stride 1), pool2 (the
-    second convolution's pooled output, stride 4) and gap (the third's pooled output averaged
-    over the window, the vector the classifier reads, as a 1 x 1 map): on a 24-pixel window
-    24 x 24, 6 x 6 and 1 x 1 cells.
+    `feature_maps(x)` returns the maps named in `hypercolumns.LAYERS`: conv1 (the first
+    convolution after its ReLU, stride 1), pool2 (the second convolution's pooled output,
+    stride 4), pool3 (the third's, stride 8) and gap (pool3 averaged over the window, the vector
+    the classifier reads, as a 1 x 1 map): on a 24-pixel window 24 x 24, 6 x 6, 3 x 3 and 1 x 1
+    cells.
     """
 
     def __init__(self, channels: Sequence[int] = (8, 16, 32), n_classes: int = len(SHAPES)):
         super().__init__()
         channels = [checks.integer(f"channels[{i}]", c) for i, c in enumerate(channels)]
-        if len(channels) != len(hypercolumns.LAYERS):
-            raise ValueError(
-                f"channels must name {len(hypercolumns.LAYERS)} widths; got {channels}"
-            )
+        if len(channels) != 3:
+            raise ValueError(f"channels must name 3 widths, one per convolution; got {channels}")
         n_classes = checks.integer("n_classes", n_classes, 2)
         widths = [1, *channels]
         self.convs = nn.ModuleList(
@@ -144,7 +142,7 @@ class ShapeNet(nn.Module):
         conv1 = F.relu(self.convs[0](x))
         pool2 = F.max_pool2d(F.relu(self.convs[1](F.max_pool2d(conv1, 2))), 2)
         pool3 = F.max_pool2d(F.relu(self.convs[2](pool2)), 2)
-        return [conv1, pool2, pool3.mean((2, 3), keepdim=True)]
+        return [conv1, pool2, pool3, pool3.mean((2, 3), keepdim=True)]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.head(self.feature_maps(x)[-1].flatten(1))
@@ -188,19 +186,29 @@ def pretrain(
     return model, history
 
 
+def untrained(seed: int, channels: Sequence[int] = (8, 16, 32)) -> ShapeNet:
+    """The ShapeNet that `pretrain(..., seed=seed)` starts from, frozen before any update: the
+    control whose features were never trained to recognise anything."""
+    with seeded(seed):
+        model = ShapeNet(channels)
+    return model.eval().requires_grad_(False)
+
+
 # -- training a classifier on sampled pixels ------------------------------------------------------
 
 
 @dataclass(frozen=True)
 class PixelSample:
     """Hypercolumns (N, D) of sampled pixels, their labels (N,), their positions (N, 2) as
-    (row, column), the window size, and (optionally) the index of each pixel's image (N,)."""
+    (row, column), the window size, and (optionally) the index of each pixel's image (N,) and
+    its window's category, the shape class (N,)."""
 
     features: torch.Tensor
     labels: torch.Tensor
     positions: torch.Tensor
     size: tuple[int, int]
     images: torch.Tensor | None = None
+    categories: torch.Tensor | None = None
 
 
 def sample_pixels(
@@ -231,13 +239,16 @@ def sample_pixels(
     for index, values in parts:
         features[index] = values
     positions = torch.stack([row, col], 1)
-    return PixelSample(features, data.masks[image, row, col], positions, size, image)
+    labels = data.masks[image, row, col]
+    return PixelSample(features, labels, positions, size, image, data.labels[image])
 
 
 def train_pixel_classifier(
     sample: PixelSample,
     *,
     grid: int = 1,
+    per_category: bool = False,
+    interpolate: bool = True,
     seed: int,
     steps: int = 150,
     batch_size: int = 2048,
@@ -245,14 +256,36 @@ def train_pixel_classifier(
     weight_decay: float = 1e-4,
 ) -> tuple[hypercolumns.LocationClassifier, History]:
     """Fit a LocationClassifier (standardiser from the sample) by Adam on cross-entropy over
-    minibatches of the sampled pixels; returns it in eval mode, gradients off."""
+    minibatches of the sampled pixels; returns it in eval mode, gradients off.
+
+    `per_category`: one set of K x K classifiers per shape class, the window's class picking
+    it (the sample's `categories`); otherwise one set for every window. `interpolate`: train
+    through the bilinear mix of the classifiers, as the test does; otherwise train each cell's
+    classifier on the pixels of its own cell (`hypercolumns.cell_membership`) and interpolate
+    at test time only, as the paper's system without fine-tuning does.
+    """
     d = checks.tensor("sample.features", sample.features, "(N, D)", dtype="floating")
     checks.tensor("sample.labels", sample.labels, "(N,)", N=d["N"])
     grid = checks.integer("grid", grid)
+    checks.boolean("per_category", per_category)
+    checks.boolean("interpolate", interpolate)
     lr = checks.number("lr", lr, 0.0, low_open=True)
+    categories = None
+    if per_category:
+        if sample.categories is None:
+            raise ValueError("per_category needs the sample's categories")
+        checks.tensor("sample.categories", sample.categories, "(N,)", N=d["N"])
+        categories = sample.categories
     standardizer = Standardizer.fit(sample.features)
-    classifier = hypercolumns.LocationClassifier(d["D"], standardizer, grid=grid, n_outputs=2)
-    beta_maps = hypercolumns.interpolation_weights(grid, sample.size)  # (K^2, H, W)
+    classifier = hypercolumns.LocationClassifier(
+        d["D"],
+        standardizer,
+        grid=grid,
+        n_outputs=2,
+        n_categories=len(SHAPES) if per_category else 1,
+    )
+    weights = hypercolumns.interpolation_weights if interpolate else hypercolumns.cell_membership
+    beta_maps = weights(grid, sample.size)  # (K^2, H, W)
     beta = beta_maps[:, sample.positions[:, 0], sample.positions[:, 1]].T  # (N, K^2)
     batches = minibatches(d["N"], min(batch_size, d["N"]), generator(seed, stream=PIXEL_BATCHES))
     optimizer = torch.optim.Adam(classifier.parameters(), lr=lr, weight_decay=weight_decay)
@@ -262,7 +295,9 @@ def train_pixel_classifier(
         optimizer,
         steps,
         batches=batches,
-        logits_of=lambda index: classifier.at_pixels(sample.features[index], beta[index]),
+        logits_of=lambda index: classifier.at_pixels(
+            sample.features[index], beta[index], None if categories is None else categories[index]
+        ),
         desc=f"classifier K={grid}",
     )
     classifier.requires_grad_(False)
@@ -307,19 +342,50 @@ def predict_masks(
     classifier: hypercolumns.LocationClassifier,
     images: torch.Tensor,
     layers: Sequence[str],
+    categories: torch.Tensor | None = None,
     chunk: int = 100,
 ) -> torch.Tensor:
     """Figure-ground masks (N, H, W) of the images: hypercolumns of the frozen network's
-    `layers`, classified pixel by pixel, the larger logit at each pixel."""
+    `layers`, classified pixel by pixel by the classifiers of each window's category (N,), the
+    larger logit at each pixel."""
     checks.tensor("images", images, "(N, 1, H, W)", dtype="floating")
+    categories = classifier.categories_of(categories, images.shape[0])
     masks = []
     with torch.no_grad():
         for start in range(0, images.shape[0], chunk):
             x = images[start : start + chunk]
             maps = hypercolumns.select(model.feature_maps(x), layers)
             h = hypercolumns.hypercolumns(maps, tuple(x.shape[-2:]))
-            masks.append(classifier(h).argmax(1))
+            masks.append(classifier(h, categories[start : start + chunk]).argmax(1))
     return torch.cat(masks)
+
+
+def paired_iou_difference(
+    first: torch.Tensor,
+    second: torch.Tensor,
+    truth: torch.Tensor,
+    *,
+    resamples: int = 2000,
+    generator: torch.Generator | None = None,
+) -> tuple[float, float]:
+    """IoU(first) - IoU(second) on the same windows (masks (N, H, W)), and its standard error
+    by a paired bootstrap: the windows resampled with replacement, both IoUs recomputed on each
+    resample from the windows' intersections and unions."""
+    shape = checks.tensor("first", first, "(N, H, W)")
+    checks.tensor("second", second, "(N, H, W)", **shape)
+    checks.tensor("truth", truth, "(N, H, W)", **shape)
+    resamples = checks.integer("resamples", resamples, 2)
+    t = truth.bool()
+
+    def counts(p):
+        p = p.bool()
+        return (p & t).flatten(1).sum(1).double(), (p | t).flatten(1).sum(1).double()
+
+    (i1, u1), (i2, u2) = counts(first), counts(second)
+    difference = (i1.sum() / u1.sum() - i2.sum() / u2.sum()).item()
+    draws = torch.randint(shape["N"], (resamples, shape["N"]), generator=generator)
+    boot = i1[draws].sum(1) / u1[draws].sum(1) - i2[draws].sum(1) / u2[draws].sum(1)
+    return difference, boot.std().item()
 
 
 def most_correlated_channel(layer_map: torch.Tensor, masks: torch.Tensor) -> int:

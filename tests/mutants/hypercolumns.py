@@ -58,16 +58,24 @@ def efficient_route_with_corners_aligned():
     upsample = m.upsample
     classify_then_upsample = m.classify_then_upsample
 
-    def misaligned(classifier, feature_maps, size, align_corners=False):
+    def misaligned(classifier, feature_maps, size, align_corners=False, categories=None):
         m.upsample = lambda x, size, align_corners=False: F.interpolate(
             x, size=size, mode="bilinear", align_corners=True
         )
         try:
-            return classify_then_upsample(classifier, feature_maps, size, align_corners)
+            return classify_then_upsample(
+                classifier, feature_maps, size, align_corners, categories=categories
+            )
         finally:
             m.upsample = upsample
 
     m.classify_then_upsample = misaligned
+
+
+def grid_cells_never_blended():
+    """The location-specific classifiers are not interpolated: each pixel gets its own cell's
+    classifier alone (the weights are the cells' indicator maps), in training and at test."""
+    m.interpolation_weights = lambda grid, size: m.cell_membership(grid, size)
 
 
 MUTANTS = [
@@ -75,4 +83,5 @@ MUTANTS = [
     fine_layers_zeroed,
     fine_layers_shuffled_in_space,
     efficient_route_with_corners_aligned,
+    grid_cells_never_blended,
 ]
