@@ -134,9 +134,10 @@ class FastWeightsRNN(nn.Module):
 
     forward(x) takes x of shape (B, T, input_size) and returns the hidden states (B, T, H) and
     the final hidden state (B, H). The slow weights are C (input, with a bias) and W
-    (recurrent), which starts at 0.5 * I: an identity-like start lets the state carry
-    information across steps from the first update (0.05 * I learned far slower in the
-    book's pilot). fast_lr = 0 switches the fast weights off; layer_norm=False drops LN.
+    (recurrent), which starts at 0.5 * I, the book's choice (the paper's equations do not fix
+    the start): an identity-like start lets the state carry information across steps from the
+    first update. fast_lr = 0 switches the fast weights off; layer_norm=False drops LN; the
+    preliminary vector h_0 has no LN, as the paper's equations write it.
 
     memory chooses how A(t) h is computed, with the same result: "attention" (the default,
     faster here) keeps the past states and uses the memory view, "matrix" keeps A itself.
