@@ -345,3 +345,96 @@ def test_the_penalty_is_chosen_among_the_accurate_enough_by_its_flips():
     tie = {0.1: result(0.95, 0.1), 0.3: result(0.95, 0.1)}
     assert experiment.choose_penalty(tie, 0.95) == 0.1  # the smaller weight on a tie
     assert experiment.choose_penalty(validation, 0.99) == 0.1  # none admissible: most accurate
+
+
+# -- the exhaustive search, the baselines and the chapter's measures ------------------------------
+
+
+def test_pasting_values_flips_exactly_where_a_value_changes_the_prediction():
+    # f1 says 1 where x0 + x1 > 0.5; the oracle reads x0, the search writes x1
+    model = linear_classifier([[0.0, 0.0], [1.0, 1.0]], [0.0, -0.5])
+    x = torch.tensor([[0.0, 0.0], [0.3, 0.0], [2.0, 0.0]])
+    mask = torch.tensor([False, True])
+    attack = orc.attack_by_values(model, x, mask, torch.tensor([[0.1], [0.4], [0.9]]))
+    # clean: 0, 0, 1. x0 = 0 needs x1 > 0.5 (0.9); x0 = 0.3 needs x1 > 0.2 (0.4, the first);
+    # x0 = 2 stays 1 for every value
+    assert attack.flipped.tolist() == [True, True, False]
+    assert torch.equal(attack.x_adv[:, 0], x[:, 0])  # the oracle's feature never moves
+    assert attack.x_adv[:, 1].tolist() == pytest.approx([0.9, 0.4, 0.0])
+    with pytest.raises(ValueError, match="values"):
+        orc.attack_by_values(model, x, mask, torch.zeros(3, 2))  # two values for one feature
+    with pytest.raises(ValueError, match="one mask"):
+        orc.attack_by_values(model, x, mask.expand(3, 2), torch.zeros(3, 1))
+
+
+def test_the_strongest_attack_is_the_union_of_both(digits_with_extra):
+    x, y, test_x, ignored, plain, pixels = digits_with_extra
+    digits = load_digits_split()
+    oracle = orc.Oracle(~ignored, lambda z: torch.zeros(len(z), dtype=torch.int64))
+    values = experiment.label_codes(8, 10, gen(0))
+    result = experiment.measure(plain, test_x, digits.test_y[:120], oracle, (1.0,), 10, values)
+    union = result["pasted"].flipped | result["attacks"][1.0].flipped
+    assert torch.equal(result["strongest"], union)
+    assert result["strongest_flips"] == union.float().mean().item() > 0
+    assert torch.equal(result["pasted"].x_adv[:, :64], test_x[:, :64])
+    assert torch.equal(result["correct"], plain(test_x).argmax(1) == digits.test_y[:120])
+    assert "strongest" not in experiment.measure(
+        plain, test_x, digits.test_y[:120], oracle, (1.0,), 10
+    )
+
+
+def test_the_paired_difference_and_its_standard_error():
+    a = torch.tensor([True, True, False, True])
+    b = torch.tensor([True, False, False, False])
+    d, se = experiment.paired_difference(a, b)
+    per_input = torch.tensor([0.0, 1.0, 0.0, 1.0])
+    assert d == pytest.approx(0.5)
+    assert se == pytest.approx((per_input.std() / 2).item())
+    assert experiment.paired_difference(a, a) == (0.0, 0.0)
+    with pytest.raises(ValueError):
+        experiment.paired_difference(a, b[:3])
+
+
+def test_the_representation_shift_is_zero_for_pixels_only_and_positive_otherwise(
+    digits_with_extra,
+):
+    x, y, test_x, ignored, plain, pixels = digits_with_extra
+    assert experiment.representation_shift(pixels, test_x, ignored, gen(3)) == 0.0
+    shift = experiment.representation_shift(plain, test_x, ignored, gen(3))
+    assert 0.0 < shift < 10.0
+    # a g1 that reads only the extra features moves as much under a twin as between inputs
+    extra_only = orc.Classifier(72, 10, reads=ignored)
+    assert experiment.representation_shift(extra_only, test_x, ignored, gen(3)) > 0.5
+
+
+def test_retraining_the_decision_keeps_g1_and_follows_its_run(digits_with_extra):
+    x, y, test_x, ignored, plain, pixels = digits_with_extra
+    before = {k: v.clone() for k, v in plain.state_dict().items()}
+    first = experiment.retrain_decision(plain, x, y, seed=0, run=0, steps=30).model
+    again = experiment.retrain_decision(plain, x, y, seed=0, run=0, steps=30).model
+    other = experiment.retrain_decision(plain, x, y, seed=0, run=1, steps=30).model
+    assert all(torch.equal(plain.state_dict()[k], v) for k, v in before.items())  # untouched
+    for name, value in first.g.state_dict().items():
+        assert torch.equal(value, plain.g.state_dict()[name])  # g1 frozen
+    assert not torch.equal(first.c.weight, plain.c.weight)  # c1 drawn afresh and trained
+    assert torch.equal(first.c.weight, again.c.weight)
+    assert not torch.equal(first.c.weight, other.c.weight)
+    assert pn.training.accuracy_of(first, x, y) > 0.8
+
+
+def test_the_augmentation_baseline_trains_on_the_twins(digits_with_extra):
+    x, y, test_x, ignored, plain, pixels = digits_with_extra
+    augmented = experiment.train_classifier(
+        x, y, n_classes=10, seed=0, augment=10.0, ignored=ignored, steps=60
+    ).model
+    short = experiment.train_classifier(x, y, n_classes=10, seed=0, steps=60).model
+    assert not torch.equal(augmented.c.weight, short.c.weight)
+    # trained on twins whose extra features are noise, g1 leans on them less
+    shift = experiment.representation_shift(augmented, test_x, ignored, gen(3))
+    assert shift < experiment.representation_shift(short, test_x, ignored, gen(3))
+    with pytest.raises(ValueError, match="ignored"):
+        experiment.train_classifier(x, y, n_classes=10, seed=0, augment=1.0)
+    with pytest.raises(ValueError, match="two arms"):
+        experiment.train_classifier(
+            x, y, n_classes=10, seed=0, augment=1.0, penalty=1.0, ignored=ignored
+        )

@@ -15,7 +15,8 @@ the lines that compute it.
 
 The data with unnecessary features, the training of f1 and the chapter's measurements live in
 `papernotes.oracle_robustness.experiment`. Arguments are checked where they enter (`Oracle`,
-`LabelLookup`, `Classifier`, `attack_unnecessary_features`, `oracle_twin`); the cores below
+`LabelLookup`, `Classifier`, `attack_unnecessary_features`, `attack_by_values`,
+`oracle_twin`); the cores below
 them trust their input.
 """
 
@@ -221,6 +222,40 @@ def _attack(model, x, mask, epsilon, steps, alpha, low, high) -> Attack:
         # f1(x) != f1(x') while f2(x) = f2(x') and d2'(x, x') = 0: an adversarial example
         with torch.no_grad():
             flipped[active] = model(x_adv[active]).argmax(-1) != clean[active]
+    return Attack(x_adv, flipped)
+
+
+def attack_by_values(
+    model: nn.Module, x: torch.Tensor, mask: torch.Tensor, values: torch.Tensor
+) -> Attack:
+    """The exhaustive search: write each row of `values` (V, M), M the number of masked
+    features, into the masked features of every input and keep, per input, the first row that
+    changes the model's prediction. The oracle's features never move, so every input it
+    returns is at d2' = 0 from x. Where the values are the codes the classes show in the
+    unnecessary features, this pastes each class's code in turn."""
+    _check_model(model)
+    n_features = checks.tensor("x", x, "(N, D)", dtype="floating")["D"]
+    mask = _check_mask("mask", mask, n_features)
+    if mask.dim() != 1:
+        raise ValueError("attack_by_values needs one mask for every input, of shape (D,)")
+    checks.tensor("values", values, "(V, M)", dtype="floating", M=int(mask.sum()))
+    return _attack_by_values(model, x, mask, values)
+
+
+def _attack_by_values(model, x, mask, values) -> Attack:
+    x = x.detach()
+    with torch.no_grad():
+        clean = model(x).argmax(-1)
+        x_adv = x.clone()
+        flipped = torch.zeros(len(x), dtype=torch.bool)
+        for value in values:
+            # x' = x on the oracle's features, the candidate value on the masked ones
+            candidate = x.clone()
+            candidate[:, mask] = value.to(x.dtype)
+            # f1(x) != f1(x') while d2'(x, x') = 0: an adversarial example
+            new = (model(candidate).argmax(-1) != clean) & ~flipped
+            x_adv[new] = candidate[new]
+            flipped |= new
     return Attack(x_adv, flipped)
 
 

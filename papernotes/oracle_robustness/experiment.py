@@ -9,7 +9,10 @@ The paper's objects (the oracle, the classifier, the attack, the Siamese penalty
 
 from __future__ import annotations
 
+import copy
+
 import torch
+import torch.nn.functional as F
 
 from papernotes import checks, oracle_robustness, training
 from papernotes.data import Digits, minibatches
@@ -19,6 +22,8 @@ from papernotes.data import Digits, minibatches
 BATCHES, TWINS, CODES = 1, 2, 3
 FEATURES = {"train": 4, "val": 5, "test": 6}
 TOY_TRAIN, TOY_TEST = 10, 11
+SHIFT = 12  # the twins and the partners of the representation's shift
+DECISIONS = 100  # c1 retrained on a frozen g1: its j-th run draws from DECISIONS + j
 
 
 # -- data with unnecessary features ---------------------------------------------------------------
@@ -67,12 +72,17 @@ def unnecessary_features(
     return (codes[shown] + jitter).clamp(0.0, 1.0)
 
 
+def codes_of(k: int, seed: int) -> torch.Tensor:
+    """The class codes (10, k) that `with_unnecessary_features(digits, k, ..., seed)` shows."""
+    return label_codes(k, 10, training.generator(seed, CODES))
+
+
 def with_unnecessary_features(
     digits: Digits, k: int, correlation: float, seed: int
 ) -> dict[str, torch.Tensor]:
     """Each split's digits (64 pixels) followed by k unnecessary features of the given
     correlation with the label, one code per class for all splits: {"train", "val", "test"}."""
-    codes = label_codes(k, 10, training.generator(seed, CODES))
+    codes = codes_of(k, seed)
     splits = {
         "train": (digits.train_x, digits.train_y),
         "val": (digits.val_x, digits.val_y),
@@ -99,6 +109,8 @@ def train_classifier(
     reads: torch.Tensor | None = None,
     hidden: int | None = 64,
     penalty: float = 0.0,
+    augment: float = 0.0,
+    weight_decay: float = 0.0,
     ignored: torch.Tensor | None = None,
     steps: int = 200,
     lr: float = 1e-2,
@@ -106,14 +118,20 @@ def train_classifier(
     val: tuple[torch.Tensor, torch.Tensor] | None = None,
 ) -> training.Run:
     """Train f1 with Adam on cross-entropy plus, when `penalty` (lambda) > 0, the Siamese
-    penalty on pairs (x, x~) whose `ignored` features are redrawn. Weights, batches and the
-    redrawn features follow `seed`; `val`, when given, is logged as "val_accuracy"."""
+    penalty on pairs (x, x~) whose `ignored` features are redrawn. `augment` > 0 is the
+    baseline that trains on the twins instead: lambda CE(f1(x~), y) in place of the penalty.
+    `weight_decay` is Adam's. Weights, batches and the redrawn features follow `seed`; `val`,
+    when given, is logged as "val_accuracy"."""
     n_features = checks.tensor("x", x, "(N, D)", dtype="floating")["D"]
     checks.tensor("y", y, "(N,)", dtype=torch.int64, N=len(x))
     checks.integer("seed", seed, 0)
     penalty = checks.number("penalty", penalty, 0.0)
-    if penalty > 0 and ignored is None:
-        raise ValueError("penalty > 0 needs `ignored`: the features the oracle does not use")
+    augment = checks.number("augment", augment, 0.0)
+    weight_decay = checks.number("weight_decay", weight_decay, 0.0)
+    if (penalty > 0 or augment > 0) and ignored is None:
+        raise ValueError("a penalty needs `ignored`: the features the oracle does not use")
+    if penalty > 0 and augment > 0:
+        raise ValueError("penalty and augment are two arms: give one of them")
     if ignored is not None:
         oracle_robustness._check_mask("ignored", ignored, n_features)
     checks.number("lr", lr, 0.0, low_open=True)
@@ -126,14 +144,20 @@ def train_classifier(
         twin = oracle_robustness.oracle_twin(x[index], ignored, redraw)
         return penalty * oracle_robustness.siamese_penalty(model, x[index], twin)
 
+    def on_twins(index: torch.Tensor) -> torch.Tensor:
+        # the augmentation baseline: L = CE(c1(g1(x)), y) + lambda CE(c1(g1(x~)), y)
+        twin = oracle_robustness.oracle_twin(x[index], ignored, redraw)
+        return augment * F.cross_entropy(model(twin), y[index])
+
     history = training.train_classifier(
         model,
         y,
-        torch.optim.Adam(model.parameters(), lr=lr),
+        torch.optim.Adam(model.parameters(), lr=lr, weight_decay=weight_decay),
         steps,
         batches=minibatches(len(x), batch_size, training.generator(seed, BATCHES)),
         logits_of=lambda index: model(x[index]),
-        extra_loss=siamese if penalty > 0 else None,  # lambda = 0: plain cross-entropy
+        # lambda = 0: plain cross-entropy
+        extra_loss=siamese if penalty > 0 else on_twins if augment > 0 else None,
         evaluate=lambda: (
             {} if val is None else {"val_accuracy": training.accuracy(model(val[0]), val[1])}
         ),
@@ -141,6 +165,40 @@ def train_classifier(
         desc="f1",
     )
     return training.Run(model, history)
+
+
+def retrain_decision(
+    model: oracle_robustness.Classifier,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    *,
+    seed: int,
+    run: int,
+    steps: int = 200,
+    lr: float = 1e-2,
+    batch_size: int = 64,
+) -> training.Run:
+    """A copy of `model` whose g1 is frozen and whose c1 is drawn afresh and trained alone on
+    plain cross-entropy: run `run` of the decisions that g1 can carry. Its initial c1 and its
+    batches follow (seed, DECISIONS + run); the original model is left as it was."""
+    checks.integer("seed", seed, 0)
+    checks.integer("run", run, 0)
+    new = copy.deepcopy(model)
+    for parameter in new.g.parameters():
+        parameter.requires_grad_(False)
+    stream = training.generator(seed, DECISIONS + run)
+    with training.seeded(int(torch.randint(2**31, (1,), generator=stream))):
+        new.c = torch.nn.Linear(new.c.in_features, new.c.out_features)
+    history = training.train_classifier(
+        new,
+        y,
+        torch.optim.Adam(new.c.parameters(), lr=lr),
+        steps,
+        batches=minibatches(len(x), batch_size, stream),
+        logits_of=lambda index: new(x[index]),
+        desc="c1",
+    )
+    return training.Run(new, history)
 
 
 # -- measurements ---------------------------------------------------------------------------------
@@ -153,27 +211,75 @@ def measure(
     oracle: oracle_robustness.Oracle,
     epsilons,
     steps: int,
+    values: torch.Tensor | None = None,
 ) -> dict:
     """Clean accuracy, and the attack on the features the oracle ignores at each radius:
-    {"accuracy": float, "attacks": {epsilon: Attack}, "flips": {epsilon: share flipped}}."""
-    clean = training.accuracy_of(model, x, y)
+    {"accuracy", "correct" (N,), "attacks": {epsilon: Attack}, "flips": {epsilon: share}}.
+    With `values` (rows of values for the ignored features, in the data range) also the
+    exhaustive search over them, "pasted" (an Attack), and "strongest": per input, flipped by
+    the gradient attack at the largest radius or by the search (N,), and "strongest_flips"."""
+    with training.evaluating(model):
+        correct = model(x).argmax(-1) == y
     attacks = {
         eps: oracle_robustness.attack_unnecessary_features(model, x, oracle.ignored, eps, steps)
         for eps in epsilons
     }
-    return {
-        "accuracy": clean,
+    result = {
+        "accuracy": correct.float().mean().item(),
+        "correct": correct,
         "attacks": attacks,
         "flips": {eps: a.flipped.float().mean().item() for eps, a in attacks.items()},
     }
+    if values is not None:
+        pasted = oracle_robustness.attack_by_values(model, x, oracle.ignored, values)
+        strongest = pasted.flipped | attacks[max(epsilons)].flipped
+        result |= {
+            "pasted": pasted,
+            "strongest": strongest,
+            "strongest_flips": strongest.float().mean().item(),
+        }
+    return result
+
+
+def paired_difference(a: torch.Tensor, b: torch.Tensor) -> tuple[float, float]:
+    """The difference of two shares measured on the same inputs, mean(a) - mean(b), and its
+    standard error from sampling the inputs: the standard deviation of the per-input
+    differences a_i - b_i over sqrt(N). a and b are boolean (N,)."""
+    n = checks.tensor("a", a, "(N,)", dtype=torch.bool)["N"]
+    checks.tensor("b", b, "(N,)", dtype=torch.bool, N=n)
+    if n < 2:
+        raise ValueError("a paired difference needs two inputs at least")
+    d = a.float() - b.float()
+    return d.mean().item(), (d.std() / n**0.5).item()
+
+
+def representation_shift(
+    model: oracle_robustness.Classifier,
+    x: torch.Tensor,
+    ignored: torch.Tensor,
+    generator: torch.Generator,
+) -> float:
+    """How much g1 moves when only the ignored features change, against how much it moves
+    between two different inputs: mean ||g1(x) - g1(x~)||^2 over mean ||g1(x) - g1(x_pi)||^2,
+    x~ the oracle's twins, x_pi the same inputs shuffled. 0 when g1 ignores those features
+    exactly; near 1 or above when it moves as much as between two digits."""
+    checks.tensor("x", x, "(N, D)", dtype="floating")
+    with training.evaluating(model):
+        twin = oracle_robustness.oracle_twin(x, ignored, generator)
+        other = x[torch.randperm(len(x), generator=generator)]
+        g = model.features(x)
+        to_twin = (g - model.features(twin)).pow(2).sum(-1).mean()
+        to_other = (g - model.features(other)).pow(2).sum(-1).mean()
+    return (to_twin / to_other).item()
 
 
 def choose_penalty(
     validation: dict, reference_accuracy: float, epsilon: float = 1.0, tolerance: float = 0.02
 ) -> float:
-    """The Siamese weight chosen on validation (`validation`: {lambda: measure(...)}): among the
-    weights whose accuracy is within `tolerance` of the reference's, the one flipped least at
-    `epsilon` (the smaller weight on a tie); if none is, the most accurate."""
+    """The weight chosen on validation (`validation`: {weight: measure(...)}), the same rule for
+    every arm (the Siamese lambda, the augmentation's lambda, the plain classifier's weight
+    decay): among the weights whose accuracy is within `tolerance` of the reference's, the one
+    flipped least at `epsilon` (the smaller weight on a tie); if none is, the most accurate."""
     admissible = [
         lam for lam, r in validation.items() if r["accuracy"] >= reference_accuracy - tolerance
     ]

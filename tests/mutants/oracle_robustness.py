@@ -2,8 +2,9 @@
 
 Each function patches the mechanism module in place; the chapter, run with the patch, must stop
 on its claim check. The attack looks `_attack` and `project` up in the module's globals when it
-runs, and the experiment's training loop (papernotes.oracle_robustness.experiment) calls
-`oracle_robustness.siamese_penalty` through the module at every update, so they see the patch.
+runs, `oracle_twin` looks up `_oracle_twin` there, and the experiment's training loop
+(papernotes.oracle_robustness.experiment) calls `oracle_robustness.siamese_penalty` and
+`oracle_robustness.oracle_twin` through the module at every update, so they see the patch.
 """
 
 import torch
@@ -49,9 +50,21 @@ def siamese_penalty_on_the_same_input():
     m.siamese_penalty = siamese_penalty
 
 
+def twin_redraws_the_oracle_features():
+    """The oracle twin redraws the pixels the oracle reads and keeps the extra features: the
+    mask the wrong way round, so the Siamese pairs differ where the oracle looks."""
+
+    def _oracle_twin(x, ignored, generator, low, high):
+        fresh = low + (high - low) * torch.rand(x.shape, generator=generator)
+        return torch.where(ignored, x, fresh)
+
+    m._oracle_twin = _oracle_twin
+
+
 MUTANTS = [
     attack_ignores_its_mask,
     projection_dropped,
     siamese_penalty_with_the_wrong_sign,
     siamese_penalty_on_the_same_input,
+    twin_redraws_the_oracle_features,
 ]
