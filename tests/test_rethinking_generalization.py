@@ -157,27 +157,55 @@ def test_randomized_digits_rejects_bad_arguments():
         rg.RandomizedDigits(train_x, train_y, test_x[:, :8], test_y)
 
 
-def test_the_loop_measures_every_epoch_and_stops_at_the_first_perfect_one():
+def test_the_loop_trains_the_whole_schedule_and_records_the_first_perfect_epoch():
     train_x, train_y, test_x, test_y = small_digits()
     data = rg.RandomizedDigits(train_x, train_y, test_x, test_y, corruption=1.0, num_classes=4)
-    run = experiment.randomization_test(
-        data, seed=0, max_epochs=200, batch_size=10, hidden=64, lr=3e-3
-    )
+    run = experiment.randomization_test(data, seed=0, epochs=120, batch_size=10, hidden=64, lr=3e-3)
     assert run.updates_per_epoch == 6
-    assert run.history.steps == [6 * e for e in range(1, len(run.history.steps) + 1)]
-    assert run.epochs == list(range(1, len(run.epochs) + 1))
+    assert run.history.steps == [6 * e for e in range(1, 121)]  # every epoch, none skipped
+    assert run.epochs == list(range(1, 121))
     curve = run.history["train_accuracy"]
-    assert run.epochs_to_fit == len(curve) and curve[-1] == 1.0 and max(curve[:-1]) < 1.0
-    with torch.no_grad():  # measured on the whole training set, against its random labels
+    fit = run.epochs_to_fit
+    assert fit is not None and fit < 120 and curve[fit - 1] == 1.0 and max(curve[: fit - 1]) < 1.0
+    assert run.test_accuracy_when_fitted == run.history["test_accuracy"][fit - 1]
+    with torch.no_grad():  # measured at the end, on the whole training set, against its labels
         assert run.train_accuracy == accuracy(run.model(data.train_x), data.train_y)
         assert run.test_accuracy == accuracy(run.model(test_x), test_y)
+
+
+def test_dropout_adds_layers_without_weights_and_keeps_the_initial_weights():
+    train_x, train_y, test_x, test_y = small_digits()
+    data = rg.RandomizedDigits(train_x, train_y, test_x, test_y, num_classes=4)
+    plain = experiment.randomization_test(data, seed=3, epochs=1, batch_size=60, hidden=8, lr=1e-9)
+    dropped = experiment.randomization_test(
+        data, seed=3, epochs=1, batch_size=60, hidden=8, lr=1e-9, dropout=0.5
+    )
+    kinds = [type(m).__name__ for m in dropped.model]
+    assert kinds == ["Linear", "ReLU", "Dropout", "Linear", "ReLU", "Dropout", "Linear"]
+    for a, b in zip(plain.model.parameters(), dropped.model.parameters(), strict=True):
+        assert torch.allclose(a, b, atol=1e-6)
+
+
+def test_weight_decay_shrinks_the_weights_and_changes_the_run():
+    train_x, train_y, test_x, test_y = small_digits()
+    data = rg.RandomizedDigits(train_x, train_y, test_x, test_y, corruption=1.0, num_classes=4)
+
+    def norm(run):
+        return sum(p.detach().square().sum() for p in run.model.parameters()).item()
+
+    free = experiment.randomization_test(data, epochs=30, batch_size=10, hidden=32, lr=3e-3)
+    decayed = experiment.randomization_test(
+        data, epochs=30, batch_size=10, hidden=32, lr=3e-3, weight_decay=0.5
+    )
+    assert norm(decayed) < 0.5 * norm(free)
 
 
 def test_a_run_that_never_fits_reports_none():
     train_x, train_y, test_x, test_y = small_digits()
     data = rg.RandomizedDigits(train_x, train_y, test_x, test_y, corruption=1.0, num_classes=4)
-    run = experiment.randomization_test(data, max_epochs=2, batch_size=10, hidden=8)
-    assert run.epochs_to_fit is None and len(run.epochs) == 2
+    run = experiment.randomization_test(data, epochs=2, batch_size=10, hidden=8)
+    assert run.epochs_to_fit is None and run.test_accuracy_when_fitted is None
+    assert len(run.epochs) == 2
 
 
 def test_randomization_test_rejects_bad_arguments():
@@ -187,8 +215,12 @@ def test_randomization_test_rejects_bad_arguments():
         experiment.randomization_test((train_x, train_y))
     with pytest.raises(ValueError, match="batch_size"):
         experiment.randomization_test(data, batch_size=100)
-    with pytest.raises(ValueError, match="max_epochs"):
-        experiment.randomization_test(data, max_epochs=0)
+    with pytest.raises(ValueError, match="epochs"):
+        experiment.randomization_test(data, epochs=0)
+    with pytest.raises(ValueError, match="dropout"):
+        experiment.randomization_test(data, batch_size=10, dropout=1.0)
+    with pytest.raises(ValueError, match="weight_decay"):
+        experiment.randomization_test(data, batch_size=10, weight_decay=-1.0)
 
 
 def test_distinct_subset_drops_duplicates_before_drawing():
@@ -297,9 +329,7 @@ def test_the_network_is_depth_hidden_relu_layers_built_in_order_under_the_seed()
     # The same weights as nn.Linear layers made one after another under the seed, ReLU between.
     train_x, train_y, test_x, test_y = small_digits()
     data = rg.RandomizedDigits(train_x, train_y, test_x, test_y, num_classes=4)
-    run = experiment.randomization_test(
-        data, seed=3, max_epochs=1, batch_size=60, hidden=8, lr=1e-9
-    )
+    run = experiment.randomization_test(data, seed=3, epochs=1, batch_size=60, hidden=8, lr=1e-9)
     torch.manual_seed(3)
     expected = [torch.nn.Linear(a, b) for a, b in [(train_x.shape[1], 8), (8, 8), (8, 4)]]
     linear = [m for m in run.model if isinstance(m, torch.nn.Linear)]
@@ -311,13 +341,55 @@ def test_the_network_is_depth_hidden_relu_layers_built_in_order_under_the_seed()
     assert isinstance(run, pn.training.Run) and run.data is data
 
 
-def test_capped_epochs_counts_a_run_that_never_fits_as_one_past_the_cap():
+def test_capped_epochs_counts_a_run_that_never_fits_as_one_past_the_schedule():
     train_x, train_y, test_x, test_y = small_digits()
     data = rg.RandomizedDigits(train_x, train_y, test_x, test_y, corruption=1.0, num_classes=4)
-    never = experiment.randomization_test(data, max_epochs=2, batch_size=10, hidden=8)
-    assert experiment.capped_epochs(never, 2) == 3
+    never = experiment.randomization_test(data, epochs=2, batch_size=10, hidden=8)
+    assert experiment.capped_epochs(never) == 3
     never.epochs_to_fit = 2
-    assert experiment.capped_epochs(never, 2) == 2
+    assert experiment.capped_epochs(never) == 2
+
+
+def test_standard_errors_of_a_test_error_and_of_a_paired_difference():
+    assert experiment.error_standard_error(0.1, 400) == pytest.approx(0.015)
+    train_x, train_y, test_x, test_y = small_digits()
+    data = rg.RandomizedDigits(train_x, train_y, test_x, test_y, num_classes=4)
+    a = experiment.randomization_test(data, seed=0, epochs=3, batch_size=10, hidden=8)
+    b = experiment.randomization_test(data, seed=1, epochs=3, batch_size=10, hidden=8)
+    assert experiment.paired_standard_error(a, a) == 0.0
+    with torch.no_grad():
+        right_a = a.model(test_x).argmax(-1) == test_y
+        right_b = b.model(test_x).argmax(-1) == test_y
+    by_hand = math.sqrt((right_a != right_b).sum().item()) / len(test_y)
+    assert experiment.paired_standard_error(a, b) == pytest.approx(by_hand)
+    other = rg.RandomizedDigits(train_x, train_y, test_x[:10], test_y[:10], num_classes=4)
+    c = experiment.randomization_test(other, epochs=1, batch_size=10, hidden=8)
+    with pytest.raises(ValueError, match="same test set"):
+        experiment.paired_standard_error(a, c)
+
+
+def test_the_chapters_construction_has_2n_plus_d_parameters():
+    # The constructor fixes the count: a (d,), b (n,), w (n,), for n = 300 points of d = 64.
+    x = randn(300, 64, seed=37)
+    y = torch.randint(10, (300,), generator=gen(38)).double()
+    net = rg.finite_sample_expressivity(x, y, gen(39))
+    assert experiment.parameter_count(net) == 2 * 300 + 64 == 664
+
+
+def test_biases_at_random_inside_the_range_lose_rank_and_the_fit():
+    x = randn(200, 5, seed=41)
+    y = torch.randint(10, (200,), generator=gen(42)).double()
+    draws = gen(43)
+    ablation = experiment.least_squares_network(
+        x, y, lambda z: experiment.biases_at_random_inside(z, draws), gen(44)
+    )
+    z = (x.double() @ ablation.a.detach()).sort().values
+    b = ablation.b.detach()
+    assert len(b) == 200 and (b >= z[0]).all() and (b <= z[-1]).all()
+    assert torch.equal(b, b.sort().values)
+    assert experiment.rank_of_A(ablation, x) < 180  # gaps with two biases, gaps with none
+    assert experiment.max_fit_error(ablation, x, y) > 0.5
+    assert experiment.max_fit_error(rg.finite_sample_expressivity(x, y, gen(44)), x, y) < 1e-6
 
 
 def test_rank_of_A_is_n_for_the_construction_and_two_for_the_ablation():

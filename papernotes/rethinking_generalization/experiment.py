@@ -21,9 +21,10 @@ from papernotes.data import minibatches
 # The random streams (generator(seed, stream)); the integers the chapter's numbers were drawn
 # with. A randomized set draws its labels and inputs from streams 1 and 2
 # (rethinking_generalization.LABEL_STREAM, INPUT_STREAM); the training batches from BATCHES. The
-# chapter's 1000 digits come from SUBSET; Theorem 1's points, labelling and direction from
-# POINTS, LABELLING and DIRECTION (the ablation reuses DIRECTION, so both get one a).
-SUBSET, BATCHES, POINTS, LABELLING, DIRECTION = 0, 3, 4, 5, 6
+# chapter's training digits come from SUBSET; Theorem 1's points, labelling and direction from
+# POINTS, LABELLING and DIRECTION (the ablations reuse DIRECTION, so all get one a), the
+# random-bias ablation's biases from BIASES.
+SUBSET, BATCHES, POINTS, LABELLING, DIRECTION, BIASES = 0, 3, 4, 5, 6, 7
 
 
 def distinct_subset(
@@ -44,14 +45,14 @@ def distinct_subset(
     return x[chosen], y[chosen]
 
 
-# -- the randomization test: epochs to fit, test error once fitted --------------------------------
+# -- the randomization test: a fixed schedule, the epoch it fits, the test error at its end ------
 
 
 @dataclass
 class Run(training.Run):
     """A randomization test's run: per epoch (the History's steps count updates) the training
     loss, the training accuracy on the whole training set and the test accuracy; the epoch at
-    which the training accuracy first reached 100% (None: not within `max_epochs`)."""
+    which the training accuracy first reached 100% (None: not within the schedule)."""
 
     data: rethinking_generalization.RandomizedDigits
     updates_per_epoch: int
@@ -63,35 +64,64 @@ class Run(training.Run):
 
     @property
     def test_accuracy(self) -> float:
-        """Test accuracy where training stopped (once fitted, or after `max_epochs`)."""
+        """Test accuracy at the end of the schedule, the same epoch for every condition."""
         return self.history.final("test_accuracy")
 
     @property
     def train_accuracy(self) -> float:
+        """Training accuracy at the end of the schedule."""
         return self.history.final("train_accuracy")
+
+    @property
+    def test_accuracy_when_fitted(self) -> float | None:
+        """Test accuracy at the first epoch of 100% training accuracy (None: never fitted)."""
+        if self.epochs_to_fit is None:
+            return None
+        return self.history["test_accuracy"][self.epochs_to_fit - 1]
+
+
+def network(
+    inputs: int, classes: int, *, hidden: int, depth: int, dropout: float = 0.0
+) -> nn.Sequential:
+    """The ReLU MLP inputs-hidden-...-hidden-classes (`depth` hidden layers); with `dropout`,
+    a Dropout after every hidden layer's ReLU (no weights, so the same draws make the same
+    initial weights with and without it)."""
+    model = training.mlp([inputs] + [hidden] * depth + [classes])
+    if dropout == 0.0:
+        return model
+    layers: list[nn.Module] = []
+    for layer in model:
+        layers.append(layer)
+        if isinstance(layer, nn.ReLU):
+            layers.append(nn.Dropout(dropout))
+    return nn.Sequential(*layers)
 
 
 def randomization_test(
     data: rethinking_generalization.RandomizedDigits,
     *,
     seed: int = 0,
-    max_epochs: int = 300,
+    epochs: int = 100,
     lr: float = 1e-3,
     batch_size: int = 100,
     hidden: int = 512,
     depth: int = 2,
+    weight_decay: float = 0.0,
+    dropout: float = 0.0,
 ) -> Run:
-    """Train a ReLU network (`depth` hidden layers of `hidden` units, no dropout, no
-    normalisation) with Adam on `data` until it fits its training labels (100% training
-    accuracy) or `max_epochs` have passed, measuring after every epoch.
+    """Train a ReLU network (`depth` hidden layers of `hidden` units, no normalisation) with
+    Adam on `data` for exactly `epochs` epochs, measuring after every epoch; record the first
+    epoch of 100% training accuracy. By default there is no explicit regulariser; `weight_decay`
+    adds (weight_decay / 2) * ||theta||^2 to the loss (Adam's weight_decay, all parameters) and
+    `dropout` drops each hidden unit with that probability during training.
 
     The seed fixes the initial weights and the order of the batches, so two conditions with one
-    seed differ only in their data.
+    seed differ only in their data (and their regulariser).
     """
     if not isinstance(data, rethinking_generalization.RandomizedDigits):
         raise TypeError(f"data must be a RandomizedDigits; got {type(data).__name__}")
     checks.integer("seed", seed, 0)
-    max_epochs = checks.integer("max_epochs", max_epochs)
+    epochs = checks.integer("epochs", epochs)
     checks.number("lr", lr, 0.0, low_open=True)
     batch_size = checks.integer("batch_size", batch_size)
     n = len(data.train_x)
@@ -99,13 +129,17 @@ def randomization_test(
         raise ValueError(f"batch_size must be at most the {n} training examples; got {batch_size}")
     hidden = checks.integer("hidden", hidden)
     depth = checks.integer("depth", depth)
+    weight_decay = checks.number("weight_decay", weight_decay, 0.0)
+    dropout = checks.number("dropout", dropout, 0.0, 1.0, high_open=True)
     with training.seeded(seed):
-        model = training.mlp([data.train_x.shape[1]] + [hidden] * depth + [data.num_classes])
-    optimizer = torch.optim.Adam(model.parameters(), lr=lr)
+        model = network(
+            data.train_x.shape[1], data.num_classes, hidden=hidden, depth=depth, dropout=dropout
+        )
+    optimizer = torch.optim.Adam(model.parameters(), lr=lr, weight_decay=weight_decay)
     batches = minibatches(n, batch_size, training.generator(seed, BATCHES))
     updates_per_epoch = n // batch_size  # an epoch is N / B updates of B examples
     history, epochs_to_fit = training.History(), None
-    for epoch in range(1, max_epochs + 1):
+    for epoch in range(1, epochs + 1):
         x, y = data.epoch()  # the set drawn at construction, the same every epoch
 
         def evaluate(x=x, y=y):
@@ -125,16 +159,35 @@ def randomization_test(
             desc=f"epoch {epoch}",
         )
         history.log(epoch * updates_per_epoch, {k: v[-1] for k, v in one.metrics.items()})
-        if history.final("train_accuracy") == 1.0:
+        if epochs_to_fit is None and history.final("train_accuracy") == 1.0:
             epochs_to_fit = epoch
-            break
     return Run(model, history, data, updates_per_epoch, epochs_to_fit)
 
 
-def capped_epochs(run: Run, max_epochs: int) -> int:
-    """The epochs a run took to fit, a run that never fitted counting as one past the cap."""
-    checks.integer("max_epochs", max_epochs)
-    return run.epochs_to_fit if run.epochs_to_fit is not None else max_epochs + 1
+def capped_epochs(run: Run) -> int:
+    """The epochs a run took to fit, a run that never fitted counting as one past its
+    schedule."""
+    return run.epochs_to_fit if run.epochs_to_fit is not None else len(run.epochs) + 1
+
+
+def error_standard_error(error: float, n: int) -> float:
+    """The standard error of a test error measured on n examples: sqrt(e (1 - e) / n)."""
+    checks.number("error", error, 0.0, 1.0)
+    return (error * (1 - error) / checks.integer("n", n)) ** 0.5
+
+
+def paired_standard_error(first: Run, second: Run) -> float:
+    """The standard error of the difference of two runs' test accuracies on the same test set:
+    sqrt(b + c) / n, with b and c the test examples that only the first, or only the second,
+    classifies right (the paired, McNemar form). The runs must share their test set."""
+    test_x, test_y = first.data.test_x, first.data.test_y
+    if not (torch.equal(test_y, second.data.test_y) and len(test_x) == len(second.data.test_x)):
+        raise ValueError("paired_standard_error needs two runs on the same test set")
+    with training.evaluating(first.model), training.evaluating(second.model):
+        right_first = first.model(test_x).argmax(-1) == test_y
+        right_second = second.model(second.data.test_x).argmax(-1) == test_y
+    discordant = (right_first != right_second).sum().item()
+    return discordant**0.5 / len(test_y)
 
 
 # -- Theorem 1: the ablation and the measurements -------------------------------------------------
@@ -148,6 +201,18 @@ def biases_below_the_points(z: torch.Tensor) -> torch.Tensor:
     """
     spread = (z.max() - z.min()).clamp_min(1.0)
     return z.min() - spread * torch.arange(1, len(z) + 1, dtype=z.dtype) / len(z)
+
+
+def biases_at_random_inside(z: torch.Tensor, generator: torch.Generator | None = None):
+    """The fair ablation: n biases drawn uniformly between the lowest and the highest z, sorted;
+    as many as the construction's and over the same range, but not one per gap.
+
+    Two biases in one gap (z_i, z_{i+1}) give columns of A that differ only by a multiple of
+    the indicator of z > z_i, and a gap left without a bias loses the kink the labels need
+    there, so A loses rank and some labellings are out of reach.
+    """
+    draws = torch.rand(len(z), generator=generator, dtype=z.dtype)
+    return (z.min() + (z.max() - z.min()) * draws).sort().values
 
 
 def least_squares_network(

@@ -39,6 +39,11 @@ def corruption_never_changes_a_label():
     m.replace_labels = replace_labels
 
 
+def shuffled_pixels_permuted_per_image():
+    """The shuffled pixels get a permutation for each image instead of one for all of them."""
+    m.shuffle_pixels = m.random_pixels
+
+
 def biases_not_interleaved():
     """Every bias sits below the first projection, so A is full (rank 2), not lower triangular."""
     m.interleaved_biases = experiment.biases_below_the_points
@@ -57,6 +62,7 @@ MUTANTS = [
     labels_redrawn_every_epoch,
     half_the_asked_corruption,
     corruption_never_changes_a_label,
+    shuffled_pixels_permuted_per_image,
     biases_not_interleaved,
     labels_left_behind_by_the_sort,
 ]
