@@ -14,6 +14,7 @@ import torch.nn.functional as F
 
 from conftest import gen, randn
 from papernotes import recurrent_batch_norm as rbn
+from papernotes import training
 from papernotes.recurrent_batch_norm import experiment
 from papernotes.training import History, generator, seeded
 
@@ -362,6 +363,32 @@ def test_gamma_one_makes_the_gradient_vanish_where_gamma_0_1_keeps_it():
     assert small[0] > 100 * large[0]
 
 
+def test_gradient_flow_over_draws_is_one_measurement_per_draw_of_digits_and_seed():
+    images, labels = torch.rand(20, 6, generator=gen(34)), torch.arange(20) % 3
+    draws = experiment.gradient_flow_over_draws(
+        images, labels, 0.4, draws=3, batch_size=8, steps=4, seed=5
+    )
+    assert draws.shape == (3, 5) and draws.dtype == torch.float64
+    assert not torch.allclose(draws[0], draws[1])  # each draw its own digits and weights
+    # The first draw of a longer sweep is the sweep of one draw: the draws follow the seed alone.
+    one = experiment.gradient_flow_over_draws(
+        images, labels, 0.4, draws=1, batch_size=8, steps=4, seed=5
+    )
+    assert torch.equal(one[0], draws[0])
+    # The same digits and seeds for every gamma: at another gamma the first draw is still the
+    # measurement of the same batch, recomputed here by hand.
+    stream = generator(5, experiment.FLOW_DRAWS)
+    rows = torch.randperm(20, generator=stream)[:8]
+    draw_seed = int(torch.randint(2**31, (1,), generator=stream))
+    expected = experiment.gradient_norms_through_time(
+        experiment.pixel_sequences(images[rows], steps=4), labels[rows], 0.7, seed=draw_seed
+    )
+    other = experiment.gradient_flow_over_draws(
+        images, labels, 0.7, draws=1, batch_size=8, steps=4, seed=5
+    )
+    assert torch.equal(other[0], expected)
+
+
 def test_tanh_derivative_statistics():
     assert experiment.tanh_derivative_statistics(0.0) == (1.0, 1.0, 1.0)
     mean, low, high = experiment.tanh_derivative_statistics(1.0, samples=200_000)
@@ -535,6 +562,17 @@ def test_shared_by_every_step_gives_every_step_the_average_over_steps():
     assert model.rnn.bn_x.running_mean[0, 0] == 0.0  # a copy: the model is untouched
     only_cell = experiment.shared_by_every_step(model, ("bn_c",))
     assert torch.equal(only_cell.rnn.bn_h.running_mean, model.rnn.bn_h.running_mean)
+
+
+def test_cut_comparison_fills_later_steps_by_the_rule_and_by_the_average():
+    model = classifier_with_distinct_statistics()
+    x, y = randn(6, 6, 1, seed=42), torch.arange(6) % 10
+    result = experiment.cut_comparison(model, x, y, (2, 6))
+    rule = [training.accuracy_of(experiment.statistics_for_first(model, k), x, y) for k in (2, 6)]
+    average = [training.accuracy_of(experiment.averaged_from(model, k), x, y) for k in (2, 6)]
+    assert result == {"rule": rule, "average": average}
+    # With every step's own statistics kept (k = T), the two fillings are the same model.
+    assert result["rule"][1] == result["average"][1]
 
 
 # -- bad input: one rejection per entry point ------------------------------------------------------

@@ -22,6 +22,8 @@ from papernotes.data import minibatches
 
 # Random streams of a training run, each its own generator derived from the run's seed.
 BATCHES, H0_NOISE, POPULATION_NOISE = 0, 1, 2
+# The random stream of the gradient-flow sweep: which digits each draw reads, and its seed.
+FLOW_DRAWS = 5
 
 # The BNs whose statistics depend on the recurrent state: the recurrent term and the cell.
 RECURRENT = ("bn_h", "bn_c")
@@ -75,6 +77,40 @@ def gradient_norms_through_time(
     loss = F.cross_entropy(readout(states[-1]), labels)
     grads = torch.autograd.grad(loss, states)
     return torch.stack([g.norm(dim=1).mean() for g in grads])
+
+
+def gradient_flow_over_draws(
+    images: torch.Tensor,
+    labels: torch.Tensor,
+    gamma: float,
+    *,
+    draws: int = 4,
+    batch_size: int = 128,
+    steps: int | None = None,
+    h0_noise: float = 0.1,
+    seed: int = 0,
+) -> torch.Tensor:
+    """`gradient_norms_through_time` for several draws: shape (draws, T + 1).
+
+    images (N, P) flattened, labels (N,). Draw d reads `batch_size` of the images (as pixel
+    sequences of `steps` steps, see `pixel_sequences`) with its own initial weights and h_0
+    noise; the digits and the seeds of the draws follow `seed`, and they are the same for every
+    gamma, so that a sweep over gamma compares like with like.
+    """
+    n = checks.tensor("images", images, "(N, P)", dtype="floating")["N"]
+    checks.tensor("labels", labels, "(N,)", N=n)
+    draws = checks.integer("draws", draws)
+    batch_size = min(checks.integer("batch_size", batch_size), n)
+    stream = training.generator(seed, FLOW_DRAWS)
+    norms = []
+    for _ in range(draws):
+        rows = torch.randperm(n, generator=stream)[:batch_size]
+        draw_seed = int(torch.randint(2**31, (1,), generator=stream))
+        x = pixel_sequences(images[rows], steps=steps)
+        norms.append(
+            gradient_norms_through_time(x, labels[rows], gamma, h0_noise=h0_noise, seed=draw_seed)
+        )
+    return torch.stack(norms)
 
 
 # -- sequential digits --------------------------------------------------------------------------
@@ -279,3 +315,22 @@ def shared_by_every_step(
             bn.running_mean[:] = bn.running_mean.mean(dim=0)
             bn.running_var[:] = bn.running_var.mean(dim=0)
     return shared
+
+
+def cut_comparison(
+    model: SequenceClassifier,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    cuts: tuple[int, ...],
+    names: tuple[str, ...] = RECURRENT,
+) -> dict[str, list[float]]:
+    """Accuracy on (x, y) when the BNs `names` keep population statistics for their first k
+    steps only, for each k of `cuts`, filled in two ways for the later steps: the paper's rule
+    (step k's reused, `statistics_for_first`) and the ablation (the average of steps 1..k,
+    `averaged_from`). Returns {"rule": [...], "average": [...]}, one accuracy per cut."""
+    for k in cuts:
+        checks.integer("cut", k)
+    return {
+        "rule": [training.accuracy_of(statistics_for_first(model, k, names), x, y) for k in cuts],
+        "average": [training.accuracy_of(averaged_from(model, k, names), x, y) for k in cuts],
+    }

@@ -57,9 +57,23 @@ def population_statistics_averaged_over_time():
     m.estimate_population_statistics = estimate_population_statistics
 
 
+def gamma_starts_at_one():
+    """Every per-step BN starts gamma at 1 whatever gamma_init says: the customary BN
+    initialisation (torch's nn.BatchNorm default), the one the paper argues against."""
+    original = m.StepwiseBatchNorm.__init__
+
+    def __init__(self, *args, **kwargs):
+        original(self, *args, **kwargs)
+        with torch.no_grad():
+            self.gamma.fill_(1.0)
+
+    m.StepwiseBatchNorm.__init__ = __init__
+
+
 MUTANTS = [
     shared_statistics,
     population_statistics_never_estimated,
     steps_beyond_t_max_reuse_step_0,
     population_statistics_averaged_over_time,
+    gamma_starts_at_one,
 ]
