@@ -225,7 +225,10 @@ def test_the_answer_is_the_species_feared_by_the_queried_entitys_species():
         assert task.annotation[i, :, 0].sum() == 1 and query < experiment.N_ENTITIES
         species = int(edges[(edges[:, 0] == query) & (types == experiment.IS), 1])
         feared = int(edges[(edges[:, 0] == species) & (types == experiment.HAS_FEAR), 1])
+        liked = int(edges[(edges[:, 0] == species) & (types == experiment.LIKES), 1])
         assert feared == task.answer[i] and feared != species
+        # the distractor: another species leads on from the entity's species, by another type
+        assert liked not in (feared, species)
         # two hops: the answer is never a neighbour of the queried entity
         assert not ((edges[:, 0] == query) & (edges[:, 1] == feared)).any()
         assert task.answer_symbol[i] == task.symbols[i, feared]
@@ -247,11 +250,11 @@ def test_the_task_follows_the_seed_and_the_stream():
 def test_graphs_of_a_task_are_numbered_as_one_disconnected_graph():
     task = experiment.deduction_task(5, 0, 1)
     annotation, edge_index, edge_type, batch, answer = task.graphs(torch.tensor([3, 1]))
-    assert annotation.shape == (16, 1) and edge_index.shape == (2, 16)
+    assert annotation.shape == (16, 1) and edge_index.shape == (2, 24)
     assert torch.equal(batch, torch.tensor([0] * 8 + [1] * 8))
     assert torch.equal(answer, torch.stack([task.answer[3], task.answer[1] + 8]))
     assert (batch[edge_index[0]] == batch[edge_index[1]]).all()
-    assert torch.equal(edge_index[:, 8:] - 8, task.edges[1].T)
+    assert torch.equal(edge_index[:, 12:] - 8, task.edges[1].T)
 
 
 def test_the_lstm_reads_batch_first_sequences():
@@ -277,7 +280,7 @@ def test_story_text_reads_the_tokens_as_facts_question_and_answer():
     for i in range(len(task)):
         facts, question = experiment.story_text(task, i).split(". What is ")
         facts = facts.split(", ")
-        assert len(facts) == experiment.N_NODES
+        assert len(facts) == experiment.N_FACTS
         query = int(task.annotation[i, :, 0].argmax())
         species = int(task.edges[i, query, 1])
         symbol = task.symbols[i]
@@ -286,7 +289,11 @@ def test_story_text_reads_the_tokens_as_facts_question_and_answer():
         assert f"{names[symbol[species]]} fears {names[task.answer_symbol[i]]}" in facts
         # the facts in the order of the tokens
         first = task.tokens[i, :3].tolist()
-        relation = "is" if first[1] == experiment.IS_TOKEN else "fears"
+        relation = {
+            experiment.IS_TOKEN: "is",
+            experiment.FEAR_TOKEN: "fears",
+            experiment.LIKE_TOKEN: "likes",
+        }[first[1]]
         assert facts[0] == f"{names[first[0]]} {relation} {names[first[2]]}"
 
 
@@ -327,12 +334,99 @@ def test_names_a_species_counts_the_answers_among_the_storys_species():
     assert experiment.names_a_species(FixedGuess(task.answer_symbol), task) == 1.0
 
 
-def test_the_lstm_run_logs_its_validation_accuracy():
-    train_set, val_set = experiment.deduction_task(20, 0, 1), experiment.deduction_task(30, 0, 2)
-    run = experiment.train_lstm(train_set, val_set, hidden_size=8, updates=6, eval_every=3)
-    assert run.history.steps == [3, 6] and not run.model.training
-    expected = training.accuracy_of(run.model, val_set.tokens, val_set.answer_symbol)
-    assert run.history.final("val_accuracy") == expected
+def test_the_lstm_run_logs_its_validation_accuracy_and_ends_at_its_best():
+    train_set, val_set = experiment.deduction_task(40, 0, 1), experiment.deduction_task(60, 0, 2)
+    run = experiment.train_lstm(
+        train_set, val_set, hidden_size=8, updates=40, eval_every=5, lr=0.05
+    )
+    assert run.history.steps == list(range(5, 45, 5)) and not run.model.training
+    best, at = experiment.best_validation(run)
+    values = run.history["val_accuracy"]
+    assert best == max(values) and values[run.history.steps.index(at)] == best
+    assert values.index(best) == run.history.steps.index(at)  # the first to reach it
+    # the weights it ends with are the early-stopped ones, not the last update's
+    assert training.accuracy_of(run.model, val_set.tokens, val_set.answer_symbol) == best
+
+
+def test_the_setting_chosen_on_validation_is_the_best_run():
+    class Fake:
+        def __init__(self, values):
+            self.history = training.History()
+            for step, value in enumerate(values, 1):
+                self.history.log(step, {"val_accuracy": value})
+
+    runs = {0.1: Fake([0.2, 0.3]), 0.01: Fake([0.1, 0.5, 0.4]), 0.001: Fake([0.5, 0.2])}
+    assert experiment.best_validation(runs[0.01]) == (0.5, 2)
+    assert experiment.chosen_on_validation(runs) == 0.01  # the first of two at 0.5
+
+
+def test_swapping_the_two_relations_makes_a_story_of_the_task_with_the_other_answer():
+    task = experiment.deduction_task(30, 0, 1)
+    swapped = experiment.relations_swapped(task)
+    for i in range(len(task)):
+        query = int(task.annotation[i, :, 0].argmax())
+        species = int(task.edges[i, query, 1])
+        liked = task.edges[i, (task.edges[i, :, 0] == species) & (task.edge_type[i] == 2), 1]
+        assert swapped.answer[i] == liked and swapped.answer[i] != task.answer[i]
+        # the same edges, each with the other relation's name
+        pairs = zip(task.edges[i].tolist(), task.edge_type[i].tolist(), strict=True)
+        old = {(u, v, k) for (u, v), k in pairs}
+        pairs = zip(swapped.edges[i].tolist(), swapped.edge_type[i].tolist(), strict=True)
+        new = {(u, v, {1: 2, 2: 1}.get(k, k)) for (u, v), k in pairs}
+        assert old == new
+        assert swapped.answer_symbol[i] == task.symbols[i, swapped.answer[i]]
+    # the text tells the swapped story
+    assert torch.equal(experiment.relations_swapped(swapped).tokens, task.tokens)
+    assert (swapped.tokens == experiment.FEAR_TOKEN).sum() == (
+        task.tokens == experiment.LIKE_TOKEN
+    ).sum()
+
+
+def test_a_type_blind_ggnn_is_right_on_at_most_one_of_a_story_and_its_swap():
+    # The derivation behind the chapter's bound of 1/2: a model that reads every edge as one
+    # type sees the same graph in a story and in its swap, whose answers differ.
+    task = experiment.deduction_task(200, 0, 1)
+    swapped = experiment.relations_swapped(task)
+    with seeded(3):
+        blind = experiment.OneMatrixForEveryType(1, 8, steps=3)
+        typed = ggnn.NodeSelector(1, 8, len(experiment.EDGE_TYPES), 3)
+
+    def credit(model, t):
+        annotation, edge_index, edge_type, batch, answer = t.graphs()
+        with torch.no_grad():
+            scores = model(annotation, edge_index, edge_type)
+        return experiment.selection_credit(scores, batch, answer, len(t))
+
+    assert (credit(blind, task) + credit(blind, swapped) <= 1 + 1e-6).all()
+    # the typed model is not bound: its scores differ between a story and its swap
+    annotation, edge_index, edge_type, _, _ = task.graphs()
+    _, _, swapped_type, _, _ = swapped.graphs()
+    with torch.no_grad():
+        assert not torch.allclose(
+            typed(annotation, swapped.graphs()[1], swapped_type),
+            typed(annotation, edge_index, edge_type),
+        )
+
+
+def test_the_ablation_reads_every_edge_as_one_type():
+    task = experiment.deduction_task(5, 0, 1)
+    annotation, edge_index, edge_type, _, _ = task.graphs()
+    with seeded(0):
+        blind = experiment.OneMatrixForEveryType(1, 8, steps=2)
+    assert blind.ggnn.incoming.shape == (1, 8, 8)
+    with torch.no_grad():
+        shuffled = edge_type[torch.randperm(edge_type.shape[0], generator=gen(1))]
+        assert torch.equal(
+            blind(annotation, edge_index, edge_type), blind(annotation, edge_index, shuffled)
+        )
+
+
+def test_typed_false_trains_the_ablation_on_the_same_seed():
+    train_set, val_set = experiment.deduction_task(10, 0, 1), experiment.deduction_task(10, 0, 2)
+    run = experiment.train_ggnn(train_set, val_set, steps=2, hidden_size=8, updates=2, typed=False)
+    assert isinstance(run.model, experiment.OneMatrixForEveryType)
+    with pytest.raises(TypeError, match="typed"):
+        experiment.train_ggnn(train_set, val_set, typed=1)
 
 
 def test_a_short_training_run_learns_the_task():

@@ -30,6 +30,16 @@ def edges_treated_as_undirected():
     m.messages = messages
 
 
+def edge_types_ignored():
+    """Every edge passes through the first type's matrices: the model no longer knows which
+    relation an edge is, only its direction (the chapter's ablation, as a bug)."""
+
+    def messages(h, edge_index, edge_type, incoming, outgoing):
+        return _messages(h, edge_index, torch.zeros_like(edge_type), incoming, outgoing)
+
+    m.messages = messages
+
+
 def annotation_not_in_the_initial_state():
     """h(1) is all zeros: the annotation marking the question never enters the propagation."""
 
@@ -53,6 +63,7 @@ def one_propagation_step_whatever_T():
 MUTANTS = [
     incoming_messages_dropped,
     edges_treated_as_undirected,
+    edge_types_ignored,
     annotation_not_in_the_initial_state,
     one_propagation_step_whatever_T,
 ]
