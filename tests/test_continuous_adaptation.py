@@ -256,3 +256,29 @@ def test_step_size_summary_is_the_mean_diagonal_step_size_per_inner_step():
     assert experiment.step_size_summary(learner) == pytest.approx([0.5, 3.0])
     with pytest.raises(TypeError, match="learner"):
         experiment.step_size_summary(experiment.Policy())
+
+
+def test_scalar_step_sizes_are_one_number_per_inner_step_shared_by_every_coordinate():
+    scalar = ca.MetaLearner(inner_steps=2, step_size=0.2, per_coordinate=False).double()
+    assert scalar.alpha_W.shape == (2, 1, 1) and scalar.alpha_b.shape == (2, 1)
+    with torch.no_grad():
+        scalar.alpha_W.copy_(torch.tensor([0.1, 0.3]).view(2, 1, 1))
+        scalar.alpha_b.copy_(torch.tensor([0.2, 0.4]).view(2, 1))
+    # the same learner with every coordinate's step size set to the shared value
+    full = ca.MetaLearner(inner_steps=2, step_size=0.2).double()
+    with torch.no_grad():
+        full.W.copy_(scalar.W)
+        full.b.copy_(scalar.b)
+        full.alpha_W.copy_(scalar.alpha_W.expand(2, ca.ACTUATORS, ca.ACTUATORS))
+        full.alpha_b.copy_(scalar.alpha_b.expand(2, ca.ACTUATORS))
+    chains = chains64()
+    goals, scales = chains.goals[:, 0], chains.scales[:, 0]
+    for got, want in zip(
+        ca.adapt(scalar, goals, scales), ca.adapt(full, goals, scales), strict=True
+    ):
+        torch.testing.assert_close(got, want)
+    ca.meta_loss(scalar, chains).backward()  # the shared step sizes get the summed meta-gradient
+    assert scalar.alpha_W.grad.shape == (2, 1, 1) and scalar.alpha_W.grad.abs().min() > 0
+    assert experiment.step_size_summary(scalar) == pytest.approx([0.1, 0.3])
+    with pytest.raises(TypeError, match="per_coordinate"):
+        ca.MetaLearner(per_coordinate=1)

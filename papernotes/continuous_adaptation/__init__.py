@@ -65,17 +65,21 @@ def task_loss(W: torch.Tensor, b: torch.Tensor, goals: torch.Tensor, scales: tor
 
 class MetaLearner(nn.Module):
     """The meta-parameters: the policy's theta = (W, b) and the step sizes alpha, one per inner
-    step and per coordinate of theta (`alpha_W` (M, A, A), `alpha_b` (M, A))."""
+    step and per coordinate of theta (`alpha_W` (M, A, A), `alpha_b` (M, A)), the book's choice;
+    `per_coordinate=False` keeps one step size per inner step, shared by every coordinate
+    (`alpha_W` (M, 1, 1), `alpha_b` (M, 1), broadcast over theta), the paper's set {alpha_m}."""
 
-    def __init__(self, inner_steps: int = 3, step_size: float = 0.1):
+    def __init__(self, inner_steps: int = 3, step_size: float = 0.1, per_coordinate: bool = True):
         super().__init__()
         checks.integer("inner_steps", inner_steps)
         checks.number("step_size", step_size, 0.0, low_open=True)
+        checks.boolean("per_coordinate", per_coordinate)
         linear = nn.Linear(ACTUATORS, ACTUATORS)  # initial weights: torch's default, seeded
         self.W = nn.Parameter(linear.weight.detach().clone())
         self.b = nn.Parameter(linear.bias.detach().clone())
-        self.alpha_W = nn.Parameter(torch.full((inner_steps, ACTUATORS, ACTUATORS), step_size))
-        self.alpha_b = nn.Parameter(torch.full((inner_steps, ACTUATORS), step_size))
+        width = ACTUATORS if per_coordinate else 1
+        self.alpha_W = nn.Parameter(torch.full((inner_steps, width, width), step_size))
+        self.alpha_b = nn.Parameter(torch.full((inner_steps, width), step_size))
 
     @property
     def inner_steps(self) -> int:
@@ -96,7 +100,8 @@ def adapt(learner: MetaLearner, goals, scales, *, create_graph: bool = True):
         b = learner.b.expand(n, -1)
         if not create_graph:
             W, b = W.detach().requires_grad_(True), b.detach().requires_grad_(True)
-        # phi^m = phi^(m-1) - alpha_m * grad L_T(phi^(m-1)), m = 1..M
+        # phi^m = phi^(m-1) - alpha_m * grad L_T(phi^(m-1)), m = 1..M (alpha_m per coordinate,
+        # or one number broadcast over theta)
         for m in range(learner.inner_steps):
             loss = task_loss(W, b, goals, scales).sum()  # independent tasks: per-task gradients
             grad_W, grad_b = torch.autograd.grad(loss, (W, b), create_graph=create_graph)

@@ -63,6 +63,7 @@ def meta_train(
     seed: int,
     next_task: bool = True,
     learn_step_sizes: bool = True,
+    per_coordinate: bool = True,
     inner_steps: int = 3,
     step_size: float = 0.3,
     drift: float = 0.75,
@@ -76,8 +77,9 @@ def meta_train(
     `pn.train` (its update loss is the meta-loss of a batch of chains; the history logs it).
 
     `next_task=False` trains MAML-style (adapt and judge on the same task);
-    `learn_step_sizes=False` keeps alpha at `step_size`. The training chains come from the run's
-    generator stream TRAINING_CHAINS, a stream no held-out chain is drawn from."""
+    `learn_step_sizes=False` keeps alpha at `step_size`; `per_coordinate=False` learns one step
+    size per inner step instead of one per coordinate of theta. The training chains come from
+    the run's generator stream TRAINING_CHAINS, a stream no held-out chain is drawn from."""
     checks.integer("seed", seed, 0)
     checks.boolean("next_task", next_task)
     checks.boolean("learn_step_sizes", learn_step_sizes)
@@ -85,7 +87,7 @@ def meta_train(
     checks.integer("chains_per_update", chains_per_update)
     checks.number("lr", lr, 0.0, low_open=True)
     with seeded(seed):
-        learner = ca.MetaLearner(inner_steps, step_size)
+        learner = ca.MetaLearner(inner_steps, step_size, per_coordinate=per_coordinate)
     parameters = ca.meta_parameters(learner, learn_step_sizes)
     optimizer = torch.optim.Adam(parameters, lr=lr)
     batches = generator(seed, stream=TRAINING_CHAINS)
@@ -244,7 +246,7 @@ def crippled_gain(episodes: Episodes, chains: ca.Chains) -> torch.Tensor:
 
 def step_size_summary(learner: ca.MetaLearner) -> list[float]:
     """The mean learned step size on the diagonal of W (each actuator's own gain), per inner
-    step."""
+    step (the one step size of each inner step, where it is shared by every coordinate)."""
     if not isinstance(learner, ca.MetaLearner):
         raise TypeError(f"learner must be a MetaLearner; got {type(learner).__name__}")
     return [learner.alpha_W[m].diagonal().mean().item() for m in range(learner.inner_steps)]
