@@ -268,3 +268,57 @@ def test_bad_input_is_refused_with_the_arguments_name():
             experiment.Agent(model=None, history=None, controller=od.Controller(), p=0.0),
             observations[0],
         )
+
+
+# -- the references and the read-out-free scores ---------------------------------------------
+
+
+def test_the_constant_velocity_rule_is_exact_but_across_a_bounce():
+    positions, observations = episodes(n=32, steps=40, seed=9)
+    error = experiment.constant_velocity_error(positions, observations)
+    guess = observations[:, :-1, 0] + 0.1 * observations[:, :-1, 1]
+    wrong = (guess - positions[:, 1:]).abs() > 1e-5
+    assert 0 < wrong.float().mean() < 0.2  # only the steps that cross a wall
+    assert error == pytest.approx((guess - positions[:, 1:]).pow(2).mean().item(), rel=1e-6)
+    assert error < experiment.hold_error(positions, observations) / 5
+
+
+def test_the_read_out_and_the_correlation_score_the_forecast_as_the_task_and_scale_free():
+    positions, observations = episodes(n=32, steps=40, seed=10)
+    mover = experiment.Agent(model=Recorder(), history=None, controller=identity_controller(), p=1)
+    hold = experiment.Agent(model=None, history=None, controller=identity_controller(), p=1)
+    # With a = x^ the read-out is the forecast's position itself.
+    assert experiment.readout_error(mover, positions, observations) == pytest.approx(
+        experiment.one_step_error(mover, positions, observations), rel=1e-6
+    )
+    assert experiment.readout_error(hold, positions, observations) == pytest.approx(
+        experiment.hold_error(positions, observations), rel=1e-6
+    )
+    # A controller that halves what it sees reads a forecast of twice the motion as right: the
+    # raw error grows, the read-out sees the true motion, the correlation does not move.
+    halving = od.Controller()
+    with torch.no_grad():
+        halving.linear.weight.fill_(0.5)
+
+    class Doubled(nn.Module):
+        def forward(self, seen, action):
+            return torch.stack([2 * seen[..., 0] + 0.2 * seen[..., 1], seen[..., 1]], -1)
+
+    scaled = experiment.Agent(model=Doubled(), history=None, controller=halving, p=1)
+    raw = experiment.one_step_error(scaled, positions, observations)
+    read = experiment.readout_error(scaled, positions, observations)
+    assert read == pytest.approx(experiment.constant_velocity_error(positions, observations))
+    assert raw > 10 * read
+    correlation = experiment.motion_correlation(mover, positions, observations)
+    assert 0.9 < correlation < 1.0  # right but for the bounces
+    assert experiment.motion_correlation(hold, positions, observations) == 0.0
+
+
+def test_the_predictor_is_the_same_model_trained_to_predict_and_learns_to():
+    positions, observations = episodes(n=64, steps=30, seed=11)
+    predictor = experiment.train_predictor(seed=0, updates=150, episodes=16, steps=20, lr=0.03)
+    assert isinstance(predictor.model, od.WorldModel)
+    assert predictor.controller.linear.weight.item() == 1.0  # it reports what it sees
+    assert not any(p.requires_grad for p in predictor.controller.parameters())
+    error = experiment.one_step_error(predictor, positions, observations)
+    assert error < experiment.hold_error(positions, observations) / 4

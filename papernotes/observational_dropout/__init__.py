@@ -19,6 +19,7 @@ so a patched module (tests/mutants/observational_dropout.py) is seen everywhere.
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from papernotes import checks
@@ -40,8 +41,9 @@ class Controller(nn.Module):
             self.linear.bias.zero_()
 
     def forward(self, seen: torch.Tensor) -> torch.Tensor:
-        # a_t = w x^_t + b
-        return self.linear(seen[..., :1]).squeeze(-1)
+        # a_t = w x^_t + b (the linear layer's one weight and bias, without its call overhead:
+        # the roll-out calls this at every step)
+        return seen[..., 0] * self.linear.weight[0, 0] + self.linear.bias[0]
 
 
 class WorldModel(nn.Module):
@@ -54,8 +56,13 @@ class WorldModel(nn.Module):
         self.net = nn.Sequential(nn.Linear(OBS + 1, hidden), nn.Tanh(), nn.Linear(hidden, OBS))
 
     def forward(self, seen: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
-        # M(o, a) = o + W_2 tanh(W_1 [o, a] + b_1) + b_2
-        return seen + self.net(torch.cat([seen, action.unsqueeze(-1)], -1))
+        first, second = self.net[0], self.net[2]
+        # M(o, a) = o + W_2 tanh(W_1 [o, a] + b_1) + b_2 (the layers of `net`, called directly:
+        # the roll-out calls this at every step)
+        hidden = torch.tanh(
+            F.linear(torch.cat([seen, action.unsqueeze(-1)], -1), *first.parameters())
+        )
+        return seen + F.linear(hidden, *second.parameters())
 
 
 # -- observational dropout ------------------------------------------------------------------------

@@ -128,6 +128,48 @@ def train_agent(
     return Agent(model=model, history=history, controller=controller, p=p)
 
 
+def train_predictor(
+    *,
+    seed: int,
+    updates: int = 300,
+    episodes: int = 32,
+    steps: int = 60,
+    lr: float = 1e-2,
+    hidden: int = 32,
+    env: BouncingPoint | None = None,
+) -> Agent:
+    """The reference the emergent model is measured against: the same world model trained with
+    an explicit forward-prediction loss on real transitions, the paper's usual way to get one.
+
+    Same optimiser, schedule, clipping, episodes and streams as `train_agent`; the action fed to
+    the model is the real position (what a perfect controller reports; the world ignores it).
+    Returned as an Agent whose controller reports what it sees (a = x^), trained at p = 1.
+    """
+    checks.integer("seed", seed, 0)
+    updates, episodes = checks.integer("updates", updates), checks.integer("episodes", episodes)
+    steps, lr = checks.integer("steps", steps, 2), checks.number("lr", lr, 0.0, low_open=True)
+    env = BouncingPoint() if env is None else env
+    with seeded(seed):
+        controller = observational_dropout.Controller()
+        model = observational_dropout.WorldModel(hidden)
+    with torch.no_grad():
+        controller.linear.weight.fill_(1.0)
+    controller.requires_grad_(False)
+    world = generator(seed, WORLD)
+    optimizer = torch.optim.Adam(model.parameters(), lr=lr)
+
+    def loss_of_update(i):
+        for group in optimizer.param_groups:
+            group["lr"] = lr * (1 - 0.9 * i / updates)
+        _, observations = env.episodes(episodes, steps, world)
+        seen = observations[:, :-1]
+        # l = E || M(o_t, a_t) - o_{t+1} ||^2, a_t = x_t
+        return (model(seen, seen[..., 0]) - observations[:, 1:]).pow(2).mean()
+
+    history = train(model, optimizer, loss_of_update, updates, clip=1.0, desc="predictor")
+    return Agent(model=model, history=history, controller=controller, p=1.0)
+
+
 # -- measuring the emergent model --------------------------------------------------------------
 
 
@@ -141,6 +183,49 @@ def one_step_error(agent: Agent, positions, observations) -> float:
         guess = agent.model(seen, agent.controller(seen))
     # E[(M(o_t, a_t)_x - x_{t+1})^2], a_t = C(o_t)
     return (guess[..., 0] - positions[:, 1:]).pow(2).mean().item()
+
+
+def forecasts(agent: Agent, positions, observations) -> tuple[torch.Tensor, torch.Tensor]:
+    """The model's one-step forecasts from real observations, (B, T-1, 2), and the controller's
+    read-out of them, C(M(o_t, a_t)) (B, T-1); for the hold baseline, the observation itself."""
+    _check_episodes(positions, observations)
+    seen = observations[:, :-1]
+    with evaluating(agent.controller), torch.no_grad():
+        if agent.model is None:
+            guess = seen
+        else:
+            with evaluating(agent.model):
+                guess = agent.model(seen, agent.controller(seen))
+        return guess, agent.controller(guess)
+
+
+def readout_error(agent: Agent, positions, observations) -> float:
+    """The one-step forecast as the task reads it, through the agent's own controller."""
+    _, readout = forecasts(agent, positions, observations)
+    # E[(C(M(o_t, a_t)) - x_{t+1})^2]
+    return (readout - positions[:, 1:]).pow(2).mean().item()
+
+
+def motion_correlation(agent: Agent, positions, observations) -> float:
+    """Pearson's correlation of the forecast motion, M(o_t, a_t)_x - x_t, with the real one,
+    x_{t+1} - x_t, over every step of every episode: a score of the forecast that no scale or
+    offset of its position channel changes (0 for holding, 1 for a perfect forecast)."""
+    guess, _ = forecasts(agent, positions, observations)
+    now = observations[:, :-1, 0]
+    forecast, real = (guess[..., 0] - now).flatten(), (positions[:, 1:] - now).flatten()
+    forecast, real = forecast - forecast.mean(), real - real.mean()
+    scale = forecast.norm() * real.norm()
+    return 0.0 if scale == 0 else (forecast @ real / scale).item()
+
+
+def constant_velocity_error(positions, observations, dt: float = 0.1) -> float:
+    """The one-step error of the rule x_{t+1} = x_t + v_t dt from real observations: exact but
+    for the steps that cross a bounce."""
+    _check_episodes(positions, observations)
+    dt = checks.number("dt", dt, 0.0, low_open=True)
+    # E[(x_t + v_t dt - x_{t+1})^2]
+    guess = observations[:, :-1, 0] + dt * observations[:, :-1, 1]
+    return (guess - positions[:, 1:]).pow(2).mean().item()
 
 
 def hold_error(positions, observations) -> float:
