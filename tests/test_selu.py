@@ -8,7 +8,8 @@ import torch
 import torch.nn.functional as F
 
 from conftest import gen, randn
-from papernotes import selu
+from papernotes import selu, training
+from papernotes.data import minibatches
 from papernotes.selu import experiment
 
 # The constants to 20 digits, as the authors' code writes them (bioinf-jku/SNNs).
@@ -138,6 +139,57 @@ def test_jacobian_at_the_fixed_point_is_the_papers():
     assert selu.spectral_norm(jacobian) == pytest.approx(0.7877, abs=1e-4)
 
 
+def test_jacobian_of_many_points_is_each_points_own():
+    mu = torch.tensor([0.05, -0.1, 0.0], dtype=torch.float64)
+    nu = torch.tensor([0.9, 1.4, 1.0], dtype=torch.float64)
+    omega = torch.tensor([0.1, -0.05, 0.7], dtype=torch.float64)
+    stacked = selu.moment_map_jacobian(mu, nu, omega, 1.05)
+    assert stacked.shape == (3, 2, 2)
+    for i in range(3):
+        alone = selu.moment_map_jacobian(mu[i].item(), nu[i].item(), omega[i].item(), 1.05)
+        assert torch.allclose(stacked[i], alone, atol=1e-14)
+    # omega != 0: the next mean now depends on the current one
+    assert stacked[2, 0, 0].abs().item() > 0.1
+
+
+def test_theorem_one_holds_on_a_coarse_grid_of_its_domain():
+    check = experiment.check_theorem_one(points=5)
+    assert check.points == 5
+    assert check.excursion() < 0  # g's image lies inside the (mu, nu) box of the domain
+    assert -0.1 < check.image_mean[0] < 0 < check.image_mean[1] < 0.1
+    assert 0.8 < check.image_variance[0] < 1 < check.image_variance[1] < 1.5
+    assert 0.7877 < check.largest_norm < 1
+    # a corner of the domain is where the norm peaks, and the value there is the largest
+    mu, omega, nu, tau = check.where
+    corner = selu.moment_map_jacobian(mu, nu, omega, tau)
+    assert selu.spectral_norm(corner) == pytest.approx(check.largest_norm, abs=1e-12)
+
+
+def test_excursion_measures_the_image_against_the_domain():
+    inside = experiment.DomainCheck(5, (-0.05, 0.06), (0.85, 1.45), 0.9, (0, 0, 1, 1))
+    assert inside.excursion() == pytest.approx(-0.04)  # the mean's upper side is closest
+    outside = experiment.DomainCheck(5, (-0.05, 0.06), (0.7, 1.45), 0.9, (0, 0, 1, 1))
+    assert outside.excursion() == pytest.approx(0.1)
+
+
+def test_a_unit_whose_weights_sum_to_one_is_no_longer_a_contraction():
+    norm, radius = experiment.stability_at_fixed_point(0.0)
+    assert norm == pytest.approx(0.7877, abs=1e-4) and radius < norm
+    norm, radius = experiment.stability_at_fixed_point(1.0)
+    assert norm > 1 and radius > 1
+    # (0, 1) is still a fixed point: the map at omega = 1 leaves it in place
+    mean, var = selu.moment_map(0.0, 1.0, 1.0, 1.0)
+    assert abs(mean.item()) < 1e-12 and abs(var.item() - 1) < 1e-12
+
+
+def test_moment_path_stops_once_the_iterates_leave():
+    stable = experiment.moment_path(0.5, 2.0, 40)
+    assert stable.shape == (41, 2)
+    assert torch.allclose(stable, selu.iterate_moment_map(0.5, 2.0, 40))
+    unstable = experiment.moment_path(0.5, 2.0, 200, omega=2.0)
+    assert len(unstable) < 201 and unstable[-1, 0].abs() > 5
+
+
 def test_iterates_converge_to_the_fixed_point():
     path = selu.iterate_moment_map(0.8, 2.5, 60)
     assert path.shape == (61, 2)
@@ -229,6 +281,30 @@ def test_alpha_dropout_drops_to_the_saturation_value():
     assert torch.allclose(y[~dropped], a * x[~dropped] + b, atol=1e-12)
 
 
+def test_alpha_dropout_with_the_drop_value_zero_is_rescaled_dropout():
+    x = selu.selu(randn(1_000_000, seed=4))
+    p = 0.1
+    a, b = selu.alpha_dropout_affine(p, saturation=0.0)
+    assert a == pytest.approx((1 - p) ** -0.5) and b == 0.0
+    y = selu.alpha_dropout(x, p, generator=gen(5), saturation=0.0)
+    kept = selu.plain_dropout(x, p, generator=gen(5)) != 0  # the same mask
+    assert torch.allclose(y, x * kept * a, atol=1e-12)
+    # it restores mean 0 and variance 1 as well: one layer cannot tell alpha' apart
+    assert abs(y.mean().item()) < 0.005 and abs(y.var().item() - 1) < 0.01
+
+
+def test_the_saturation_value_makes_alpha_dropout_pull_the_variance_back():
+    # input mean 0, variance 2: the output variance is 1 + a^2 q (2 - 1)
+    x = randn(1_000_000, seed=9, scale=math.sqrt(2.0))
+    p = 0.1
+    for saturation in (None, 0.0):
+        a, _ = selu.alpha_dropout_affine(p, saturation)
+        y = selu.alpha_dropout(x, p, generator=gen(10), saturation=saturation)
+        assert y.var().item() == pytest.approx(1 + a**2 * (1 - p), abs=0.01)
+    gain = selu.alpha_dropout_affine(p)[0] ** 2 * (1 - p)
+    assert gain == pytest.approx(1 / (1 + (LAMBDA_01 * ALPHA_01) ** 2 * p), abs=1e-12)
+
+
 def test_dropouts_are_the_identity_when_not_training():
     x = randn(100)
     assert torch.equal(selu.alpha_dropout(x, 0.3, training=False), x)
@@ -264,6 +340,27 @@ def test_he_scaled_weights_let_selu_drift():
     assert var.item() > 5.0
 
 
+def test_selu_forgets_its_inputs_variance_where_relu_keeps_it():
+    kwargs = dict(depth=32, width=128, n=128, seed=0)
+    selu_3 = experiment.forward_statistics("selu", input_variance=3.0, **kwargs)
+    assert selu_3[0, 1].item() > 1.5  # the first layer still carries the input's scale
+    assert abs(selu_3[-1, 1].item() - 1) < 0.2
+    relu_1 = experiment.forward_statistics("relu", init_scale=2.0, **kwargs)
+    relu_3 = experiment.forward_statistics("relu", init_scale=2.0, input_variance=3.0, **kwargs)
+    # ReLU is positively homogeneous: the same weights carry the factor 3 through every layer
+    assert torch.allclose(relu_3[:, 1], 3 * relu_1[:, 1], rtol=1e-4)
+
+
+def test_zero_alpha_dropout_in_a_network_is_alpha_dropout_with_the_drop_value_zero():
+    ours = experiment.forward_statistics(
+        "selu", depth=3, width=32, n=16, dropout="zero_alpha_dropout", seed=4
+    )
+    alpha = experiment.forward_statistics(
+        "selu", depth=3, width=32, n=16, dropout="alpha_dropout", seed=4
+    )
+    assert ours.shape == (3, 2) and not torch.equal(ours, alpha)
+
+
 def test_forward_statistics_follow_the_seed():
     a = experiment.forward_statistics("selu", depth=4, width=32, n=16, seed=1)
     assert torch.equal(a, experiment.forward_statistics("selu", depth=4, width=32, n=16, seed=1))
@@ -287,21 +384,32 @@ def test_forward_statistics_reject_unknown_names():
 
 
 def test_mlp_initialises_each_network_for_its_activation():
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(0)
-        snn = experiment.mlp(200, 10, depth=3, width=300, snn=True)
-        relu = experiment.mlp(200, 10, depth=3, width=300, snn=False)
-    assert [type(m).__name__ for m in snn] == ["Linear", "SELU"] * 3 + ["Linear"]
-    assert [type(m).__name__ for m in relu] == ["Linear", "ReLU"] * 3 + ["Linear"]
-    assert snn[2].weight.var().item() == pytest.approx(1 / 300, rel=0.03)  # LeCun
-    assert relu[2].weight.var().item() == pytest.approx(2 / 300, rel=0.03)  # He
-    assert snn[0].weight.var().item() == pytest.approx(1 / 200, rel=0.03)
-    assert snn[0].bias.abs().max().item() == 0.0
+    nets = {}
+    for arm in experiment.ARMS:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(0)
+            nets[arm] = experiment.mlp(200, 10, depth=3, width=300, arm=arm)
+    names = {arm: [type(m).__name__ for m in net] for arm, net in nets.items()}
+    assert names["snn"] == ["Linear", "SELU"] * 3 + ["Linear"]
+    assert names["relu_he"] == ["Linear", "ReLU"] * 3 + ["Linear"]
+    assert names["elu_lecun"] == ["Linear", "ELU"] * 3 + ["Linear"]
+    assert names["relu_he_bn"] == ["Linear", "BatchNorm", "ReLU"] * 3 + ["Linear"]
+    assert nets["snn"][2].weight.var().item() == pytest.approx(1 / 300, rel=0.03)  # LeCun
+    assert nets["elu_lecun"][2].weight.var().item() == pytest.approx(1 / 300, rel=0.03)
+    assert nets["relu_he"][2].weight.var().item() == pytest.approx(2 / 300, rel=0.03)  # He
+    assert nets["selu_he"][2].weight.var().item() == pytest.approx(2 / 300, rel=0.03)
+    assert nets["snn"][-1].weight.var().item() == pytest.approx(1 / 300, rel=0.1)
+    assert nets["relu_he"][-1].weight.var().item() == pytest.approx(1 / 300, rel=0.1)
+    assert nets["snn"][0].bias.abs().max().item() == 0.0
+    # the same seed draws the same weights whether or not batch norm follows
+    assert torch.equal(nets["relu_he"][2].weight, nets["relu_he_bn"][3].weight)
 
 
-def test_mlp_rejects_zero_depth():
+def test_mlp_rejects_zero_depth_and_unknown_arms():
     with pytest.raises(ValueError, match="depth must be an integer >= 1"):
         experiment.mlp(64, 10, depth=0, width=8)
+    with pytest.raises(ValueError, match="arm must be one of"):
+        experiment.mlp(64, 10, depth=2, width=8, arm="gelu")
 
 
 def test_standardize_centres_on_the_training_split():
@@ -315,33 +423,109 @@ def test_standardize_centres_on_the_training_split():
         experiment.standardize(torch.zeros(3))
 
 
-def test_train_classifier_learns_a_separable_problem():
-    x = randn(256, 8, seed=2).float()
+@pytest.mark.parametrize("arm", ["snn", "relu_he_bn"])
+def test_each_member_of_an_arm_trains_as_it_would_alone(arm):
+    x = randn(200, 8, seed=2).float()
     y = (x[:, 0] > 0).long()
-    run = experiment.train_classifier(
+    run = experiment.train_arm(
         x,
         y,
         x,
         y,
-        snn=True,
-        seed=0,
+        arm=arm,
+        learning_rates=(0.01, 0.1),
+        seed=3,
         depth=4,
         width=16,
-        lr=0.1,
-        steps=100,
+        steps=40,
         batch_size=32,
-        eval_every=50,
+        eval_every=20,
     )
-    assert run.history.steps == [50, 100]
-    assert run.history.final("val_accuracy") > 0.9
+    assert run.history.steps == [20, 40] and run.diverged_at == [None, None]
+    for k, lr in enumerate(run.learning_rates):
+        with training.seeded(3):
+            alone = experiment.mlp(8, 2, depth=4, width=16, arm=arm)
+        batches = minibatches(200, 32, training.generator(3, experiment.BATCHES))
+        training.train_classifier(
+            alone,
+            y,
+            torch.optim.SGD(alone.parameters(), lr=lr),
+            40,
+            batches=batches,
+            logits_of=lambda index, model=alone: model(x[index]),
+        )
+        member = run.model.member(k)
+        for (name, ours), theirs in zip(
+            member.state_dict().items(), alone.state_dict().values(), strict=True
+        ):
+            assert torch.allclose(ours, theirs, atol=1e-5), name
+        accuracy = training.accuracy_of(member, x, y)
+        assert accuracy == pytest.approx(run.val_accuracy()[k], abs=1e-6)
+    assert run.val_accuracy()[1] > 0.8
 
 
-def test_train_classifier_rejects_mismatched_labels():
+def test_a_diverged_member_leaves_the_others_training():
+    x = randn(200, 8, seed=2).float()
+    y = (x[:, 0] > 0).long()
+    run = experiment.train_arm(
+        x, y, x, y, arm="snn", learning_rates=(0.1, 1e4), seed=0, depth=3, width=8, steps=30
+    )
+    assert run.diverged_at[0] is None and run.diverged_at[1] is not None
+    assert run.chosen() == 0
+    assert not run.history.diverged and run.val_accuracy()[0] > 0.9
+
+
+def test_train_arm_rejects_mismatched_labels_and_no_rates():
     x = torch.zeros(10, 4)
     with pytest.raises(ValueError, match="train_y must have shape"):
-        experiment.train_classifier(
-            x, torch.zeros(9, dtype=torch.long), x, torch.zeros(10), snn=True, seed=0
+        experiment.train_arm(
+            x,
+            torch.zeros(9, dtype=torch.long),
+            x,
+            torch.zeros(10),
+            arm="snn",
+            learning_rates=(0.1,),
+            seed=0,
         )
+    with pytest.raises(ValueError, match="at least one rate"):
+        experiment.train_arm(
+            x,
+            torch.zeros(10, dtype=torch.long),
+            x,
+            torch.zeros(10),
+            arm="snn",
+            learning_rates=(),
+            seed=0,
+        )
+
+
+def test_layer_gradient_norms_are_the_hidden_weights_gradients():
+    torch.manual_seed(0)
+    model = experiment.mlp(6, 3, depth=3, width=5, arm="relu_he_bn")
+    x, y = randn(40, 6, seed=1).float(), torch.arange(40) % 3
+    model.eval()
+    norms = experiment.layer_gradient_norms(model, x, y)
+    assert not model.training and all(p.grad is None for p in model.parameters())
+    model.train()
+    F.cross_entropy(model(x), y).backward()
+    hidden = [m for m in model if isinstance(m, torch.nn.Linear)][:-1]
+    assert torch.allclose(norms, torch.stack([m.weight.grad.norm() for m in hidden]))
+
+
+def test_chi_1_matches_monte_carlo():
+    z = randn(2_000_000, seed=11)
+    slope = torch.where(z > 0, LAMBDA_01, LAMBDA_01 * ALPHA_01 * torch.exp(z))
+    assert experiment.chi_1() == pytest.approx(slope.square().mean().item(), rel=2e-3)
+    assert experiment.chi_1() == pytest.approx(1.0716, abs=1e-4)
+    z2 = randn(2_000_000, seed=12) * math.sqrt(2.0)  # tau = 2: He's variance
+    slope = torch.where(z2 > 0, LAMBDA_01, LAMBDA_01 * ALPHA_01 * torch.exp(z2))
+    assert experiment.chi_1(tau=2.0) == pytest.approx(2 * slope.square().mean().item(), rel=2e-3)
+
+
+def test_fraction_in_theorem_domain_counts_units_with_both_sums_in_range():
+    w = torch.tensor([[0.7, -0.7, 0.1], [0.7, 0.7, 0.0], [0.6, -0.6, 0.5], [0.0, 0.0, 0.2]])
+    # omega, tau per row: (0.1, 1.03) in; (1.4, 0.98) omega out; (0.5, ...) out; (0.2, 0.04) out
+    assert experiment.fraction_in_theorem_domain(w) == pytest.approx(0.25)
 
 
 # -- the chapter's measurements -------------------------------------------------------------------

@@ -147,34 +147,46 @@ def _moments(mu, nu, omega, tau, alpha, lam):
     return mean, second - mean**2
 
 
-def moment_map_jacobian(mu=0.0, nu=1.0, omega=0.0, tau=1.0) -> torch.Tensor:
-    r"""The 2x2 Jacobian $\partial(\tilde\mu, \tilde\nu) / \partial(\mu, \nu)$ by autograd in
-    float64; rows (mean, variance), columns (mu, nu).
+def moment_map_jacobian(mu=0.0, nu=1.0, omega=0.0, tau=1.0, *, alpha=None, lam=None):
+    r"""The Jacobian $\partial(\tilde\mu, \tilde\nu) / \partial(\mu, \nu)$ by autograd in
+    float64: (..., 2, 2) for arguments that broadcast to the shape (...), rows (mean, variance),
+    columns (mu, nu); a single point gives a 2x2 matrix. `alpha` and `lam` as in `moment_map`.
 
-    At (0, 1) its spectral norm is below 1 (the paper: 0.7877), so g is a contraction near the
-    fixed point and, by Banach's fixed-point theorem, stacking layers converges to it."""
-    point = torch.stack([_float64("mu", mu), _float64("nu", nu)])
-    omega, tau = _float64("omega", omega), _float64("tau", tau)
+    At (0, 1) its spectral norm is 0.7877 (the paper's number); Theorem 1 needs it below 1 over
+    all of the domain `THEOREM_1_DOMAIN`, which g maps into itself."""
+    mu, nu, omega, tau = torch.broadcast_tensors(
+        *(_float64(k, v) for k, v in (("mu", mu), ("nu", nu), ("omega", omega), ("tau", tau)))
+    )
+    mu, nu = mu.clone().requires_grad_(), nu.clone().requires_grad_()
+    with torch.enable_grad():
+        mean, variance = moment_map(mu, nu, omega, tau, alpha=alpha, lam=lam)
+        # g acts elementwise, so the gradient of a sum holds every point's own partial derivatives
+        rows = [
+            torch.stack(torch.autograd.grad(out.sum(), (mu, nu), retain_graph=True), -1)
+            for out in (mean, variance)
+        ]
+    return torch.stack(rows, -2).detach()
 
-    def g(p):
-        return torch.stack(moment_map(p[0], p[1], omega, tau))
 
-    return torch.autograd.functional.jacobian(g, point)
+# Theorem 1's domain Omega: for (omega, tau) in these ranges, g maps the (mu, nu) box into itself
+# and is a contraction on it, so it has one stable, attracting fixed point there (Banach).
+THEOREM_1_DOMAIN = {"mu": (-0.1, 0.1), "omega": (-0.1, 0.1), "nu": (0.8, 1.5), "tau": (0.95, 1.1)}
 
 
 def spectral_norm(matrix: torch.Tensor) -> float:
-    """The largest singular value."""
-    return torch.linalg.matrix_norm(matrix, ord=2).item()
+    """The largest singular value of a matrix (of a stack of matrices: the largest of them)."""
+    return torch.linalg.matrix_norm(matrix, ord=2).max().item()
 
 
-def iterate_moment_map(mu, nu, steps: int, omega=0.0, tau=1.0) -> torch.Tensor:
+def iterate_moment_map(mu, nu, steps: int, omega=0.0, tau=1.0, *, alpha=None, lam=None):
     """(steps + 1, 2): the start and `steps` applications of the moment map, as (mean, variance):
-    what a stack of `steps` layers with these weight statistics does to the moments."""
+    what a stack of `steps` layers with these weight statistics does to the moments. `alpha`
+    and `lam` as in `moment_map`."""
     steps = checks.integer("steps", steps, 0)
     mu, nu = _float64("mu", mu), _float64("nu", nu)
     path = [torch.stack([mu, nu])]
     for _ in range(steps):
-        mu, nu = moment_map(mu, nu, omega, tau)
+        mu, nu = moment_map(mu, nu, omega, tau, alpha=alpha, lam=lam)
         path.append(torch.stack([mu, nu]))
     return torch.stack(path)
 
@@ -197,17 +209,23 @@ def lecun_normal_(tensor: torch.Tensor, *, generator: torch.Generator | None = N
 # -- 4. alpha-dropout -----------------------------------------------------------------------------
 
 
-def alpha_dropout_affine(p: float) -> tuple[float, float]:
-    r"""The paper's $(a, b)$ for drop rate `p`: with keep probability $q = 1 - p$ and
-    $\alpha' = -\lambda\alpha$, $a = (q + \alpha'^2 q(1 - q))^{-1/2}$, $b = -a(1 - q)\alpha'$."""
-    return _alpha_dropout_affine(checks.number("p", p, 0.0, 1.0, high_open=True))
+def alpha_dropout_affine(p: float, saturation: float | None = None) -> tuple[float, float]:
+    r"""The paper's $(a, b)$ for drop rate `p`: with keep probability $q = 1 - p$ and the drop
+    value $\alpha'$ (`saturation`, by default $-\lambda\alpha$),
+    $a = (q + \alpha'^2 q(1 - q))^{-1/2}$, $b = -a(1 - q)\alpha'$. `saturation=0` is the
+    ablation: dropped units go to 0 and (a, b) = (q^{-1/2}, 0) still restore (0, 1)."""
+    p = checks.number("p", p, 0.0, 1.0, high_open=True)
+    if saturation is not None:
+        saturation = checks.number("saturation", saturation)
+    return _alpha_dropout_affine(p, saturation)
 
 
-def _alpha_dropout_affine(p: float) -> tuple[float, float]:
-    """`alpha_dropout_affine` for a drop rate already checked."""
+def _alpha_dropout_affine(p: float, saturation: float | None = None) -> tuple[float, float]:
+    """`alpha_dropout_affine` for arguments already checked."""
     q = 1.0 - p
     # alpha' = -lambda alpha: where a SELU unit rests (x -> -inf), not 0
-    saturation = -LAMBDA * ALPHA
+    if saturation is None:
+        saturation = -LAMBDA * ALPHA
     # a = (q + alpha'^2 q (1 - q))^{-1/2},  b = -a (1 - q) alpha'
     a = (q + saturation**2 * q * (1 - q)) ** -0.5
     b = -a * (1 - q) * saturation
@@ -219,17 +237,21 @@ def alpha_dropout(
     p: float,
     training: bool = True,
     generator: torch.Generator | None = None,
+    saturation: float | None = None,
 ) -> torch.Tensor:
     r"""Alpha-dropout: $a(x d + \alpha'(1 - d)) + b$ with $d \sim \mathrm{Bernoulli}(1 - p)$
-    elementwise; the identity when not training."""
+    elementwise, $\alpha'$ = `saturation` (by default $-\lambda\alpha$); the identity when not
+    training."""
     _check_floating("x", x)
     p = checks.number("p", p, 0.0, 1.0, high_open=True)
     if not training or p == 0.0:
         return x
-    a, b = alpha_dropout_affine(p)
+    if saturation is None:
+        saturation = -LAMBDA * ALPHA
+    a, b = alpha_dropout_affine(p, saturation)
     # d ~ Bernoulli(q);  x -> a (x d + alpha' (1 - d)) + b
     keep = torch.empty_like(x).bernoulli_(1.0 - p, generator=generator)
-    return a * (x * keep + (-LAMBDA * ALPHA) * (1 - keep)) + b
+    return a * (x * keep + saturation * (1 - keep)) + b
 
 
 def plain_dropout(

@@ -1,24 +1,29 @@
 """The chapter's experiment (chapters/selu.ipynb): the mean and variance of activations layer
 after layer in deep random networks (SELU against ReLU, tanh and ELU, with or without a
-dropout), and a deep self-normalizing classifier against a ReLU network of the same depth
-without normalisation, trained through the book's classifier loop.
+dropout), Theorem 1's conditions checked on a grid of its domain, and deep classifiers trained
+through the book's loop: the self-normalizing network against a ReLU network without
+normalisation, and against the ablations that each remove one part of self-normalisation (ELU
+with LeCun's initialisation, SELU with He's, and a ReLU network with batch normalization).
 
 SELU, LeCun-normal weights and alpha-dropout are the mechanism's (`papernotes.selu`), looked up
-at call time so that a broken variant patched into that module is the one these run.
+at call time so that a broken variant patched into that module is the one these run. The batch
+normalization is the book's (`papernotes.batch_norm`).
 """
 
 from __future__ import annotations
 
+import copy
 import math
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from papernotes import checks, selu, training
+from papernotes import batch_norm, checks, selu, training
 from papernotes.data import minibatches
 
-# Random streams: the random networks' inputs, weights and dropout masks; the classifier's
+# Random streams: the random networks' inputs, weights and dropout masks; the classifiers'
 # minibatches.
 INPUTS, WEIGHTS, NOISE, BATCHES = 0, 1, 2, 3
 
@@ -26,7 +31,9 @@ INPUTS, WEIGHTS, NOISE, BATCHES = 0, 1, 2, 3
 # -- statistics of deep random networks -------------------------------------------------------
 
 ACTIVATIONS = ("selu", "relu", "tanh", "elu")
-DROPOUTS = ("none", "dropout", "alpha_dropout")
+# "zero_alpha_dropout": alpha-dropout's affine correction with the drop value alpha' = 0 instead
+# of the saturation value, the ablation of alpha' (it too restores mean 0 and variance 1).
+DROPOUTS = ("none", "dropout", "alpha_dropout", "zero_alpha_dropout")
 
 
 def activation(name: str):
@@ -44,63 +51,193 @@ def forward_statistics(
     init_scale: float = 1.0,
     dropout: str = "none",
     p: float = 0.1,
+    input_variance: float = 1.0,
     seed: int = 0,
 ) -> torch.Tensor:
     r"""Mean and variance of the activations after each layer of a deep random network.
 
-    `n` inputs from $\mathcal N(0, 1)$ of `width` features pass through `depth` layers
-    $x \mapsto f(W x)$, no biases, $W$ LeCun-normal times $\sqrt{\text{init\_scale}}$ (so
-    $\mathbb E[\tau]$ = `init_scale`), with `dropout` ("dropout" or "alpha_dropout", rate `p`)
-    after each activation. Returns (depth, 2): per layer the mean and the variance over all
-    units and inputs. Everything random follows `seed`.
+    `n` inputs from $\mathcal N(0, \text{input\_variance})$ of `width` features pass through
+    `depth` layers $x \mapsto f(W x)$, no biases, $W$ LeCun-normal times
+    $\sqrt{\text{init\_scale}}$ (so $\mathbb E[\tau]$ = `init_scale`), with `dropout`
+    ("dropout", "alpha_dropout" or "zero_alpha_dropout", rate `p`) after each activation.
+    Returns (depth, 2): per layer the mean and the variance over all units and inputs.
+    Everything random follows `seed`; the weights do not depend on the inputs' variance.
     """
     f = activation(name)
     depth, width, n = (
         checks.integer(k, v) for k, v in (("depth", depth), ("width", width), ("n", n))
     )
     init_scale = checks.number("init_scale", init_scale, 0.0, low_open=True)
+    input_variance = checks.number("input_variance", input_variance, 0.0, low_open=True)
     checks.one_of("dropout", dropout, DROPOUTS)
-    drop = {"none": None, "dropout": selu.plain_dropout, "alpha_dropout": selu.alpha_dropout}[
-        dropout
-    ]
-    if drop is not None:
+    if dropout != "none":
         checks.number("p", p, 0.0, 1.0, high_open=True)
     weights, noise = training.generator(seed, WEIGHTS), training.generator(seed, NOISE)
-    x = torch.randn(n, width, generator=training.generator(seed, INPUTS))
+    x = torch.randn(n, width, generator=training.generator(seed, INPUTS)) * input_variance**0.5
     stats = torch.empty(depth, 2)
     w = torch.empty(width, width)
     for layer in range(depth):
         selu.lecun_normal_(w, generator=weights)
         x = f(x @ (w * math.sqrt(init_scale)).T)
-        if drop is not None:
-            x = drop(x, p, generator=noise)
+        if dropout == "dropout":
+            x = selu.plain_dropout(x, p, generator=noise)
+        elif dropout == "alpha_dropout":
+            x = selu.alpha_dropout(x, p, generator=noise)
+        elif dropout == "zero_alpha_dropout":
+            x = selu.alpha_dropout(x, p, generator=noise, saturation=0.0)
         stats[layer] = torch.stack([x.mean(), x.var()])
     return stats
 
 
-# -- a deep self-normalizing classifier against a deep ReLU network ---------------------------
+def fraction_in_theorem_domain(weight: torch.Tensor) -> float:
+    r"""The fraction of a weight matrix's units (rows of (out, in)) whose $\omega = \sum_i w_i$
+    and $\tau = \sum_i w_i^2$ both lie in Theorem 1's ranges (`selu.THEOREM_1_DOMAIN`)."""
+    checks.tensor("weight", weight, "(O, I)", dtype="floating")
+    omega, tau = weight.sum(1), weight.square().sum(1)
+    (omega_low, omega_high), (tau_low, tau_high) = (
+        selu.THEOREM_1_DOMAIN["omega"],
+        selu.THEOREM_1_DOMAIN["tau"],
+    )
+    inside = (omega >= omega_low) & (omega <= omega_high) & (tau >= tau_low) & (tau <= tau_high)
+    return inside.double().mean().item()
 
 
-def mlp(n_in: int, n_out: int, *, depth: int, width: int, snn: bool = True) -> nn.Sequential:
-    """`depth` hidden layers of `width` units and a linear output, biases at zero.
+@dataclass(frozen=True)
+class DomainCheck:
+    """Theorem 1's two conditions on a grid of its domain: the box that g's image spans (its
+    mean and variance ranges), and the largest spectral norm of g's Jacobian, with where it is
+    (mu, omega, nu, tau)."""
 
-    `snn=True`: the self-normalizing network, SELU with LeCun-normal weights. `snn=False`: the
-    baseline, ReLU with He-normal weights (variance 2/n, the initialisation made for ReLU), no
-    normalisation of any kind. The output layer is LeCun-normal in both.
-    """
+    points: int
+    image_mean: tuple[float, float]
+    image_variance: tuple[float, float]
+    largest_norm: float
+    where: tuple[float, float, float, float]
+
+    def excursion(self) -> float:
+        """How far g's image reaches beyond the (mu, nu) box of the domain: negative when the
+        image lies inside it (by that much, at the closest side)."""
+        (mu_low, mu_high), (nu_low, nu_high) = (
+            selu.THEOREM_1_DOMAIN["mu"],
+            selu.THEOREM_1_DOMAIN["nu"],
+        )
+        return max(
+            mu_low - self.image_mean[0],
+            self.image_mean[1] - mu_high,
+            nu_low - self.image_variance[0],
+            self.image_variance[1] - nu_high,
+        )
+
+
+def check_theorem_one(points: int = 21) -> DomainCheck:
+    """Evaluate g and its Jacobian at `points` evenly spaced values of each of mu, omega, nu and
+    tau over Theorem 1's domain (points**4 points, the corners included), in float64."""
+    points = checks.integer("points", points, 2)
+    axes = [
+        torch.linspace(*selu.THEOREM_1_DOMAIN[k], points, dtype=torch.float64)
+        for k in ("mu", "omega", "nu", "tau")
+    ]
+    mu, omega, nu, tau = (g.reshape(-1) for g in torch.meshgrid(*axes, indexing="ij"))
+    mean, variance = selu.moment_map(mu, nu, omega, tau)
+    norms = torch.linalg.matrix_norm(selu.moment_map_jacobian(mu, nu, omega, tau), ord=2)
+    i = int(norms.argmax())
+    return DomainCheck(
+        points=points,
+        image_mean=(mean.min().item(), mean.max().item()),
+        image_variance=(variance.min().item(), variance.max().item()),
+        largest_norm=norms[i].item(),
+        where=(mu[i].item(), omega[i].item(), nu[i].item(), tau[i].item()),
+    )
+
+
+def stability_at_fixed_point(omega: float = 0.0) -> tuple[float, float]:
+    """(spectral norm, spectral radius) of the moment map's Jacobian at (0, 1) for weights that
+    sum to `omega` with tau = 1: (0, 1) stays a fixed point for every omega (the inputs' mean
+    is 0), but only a norm below 1 makes g a contraction there, and a radius above 1 makes the
+    iterates leave it."""
+    omega = checks.number("omega", omega)
+    jacobian = selu.moment_map_jacobian(0.0, 1.0, omega, 1.0)
+    return selu.spectral_norm(jacobian), torch.linalg.eigvals(jacobian).abs().max().item()
+
+
+def moment_path(
+    mu: float, nu: float, steps: int, omega: float = 0.0, lam: float | None = None
+) -> torch.Tensor:
+    """`selu.iterate_moment_map` (tau = 1) that stops early once the iterates leave the box
+    |mean| <= 5, 0 < variance <= 20, where an unstable map sends them: (layers + 1, 2)."""
+    steps = checks.integer("steps", steps, 0)
+    path = [torch.tensor([mu, nu], dtype=torch.float64)]
+    for _ in range(steps):
+        point = selu.iterate_moment_map(path[-1][0], path[-1][1], 1, omega, lam=lam)[-1]
+        path.append(point)
+        if point[0].abs() > 5 or not 0 < point[1] <= 20:
+            break
+    return torch.stack(path)
+
+
+def chi_1(tau: float = 1.0, nu: float = 1.0) -> float:
+    r"""The mean-field growth of a squared gradient norm through one SELU layer at mean 0:
+    $\chi_1 = \tau\, \mathbb E[\mathrm{selu}'(z)^2]$, $z \sim \mathcal N(0, \nu\tau)$, in closed
+    form $\tau \lambda^2 (1/2 + \alpha^2 e^{2v} \Phi(-2\sqrt v))$ with $v = \nu\tau$ (about 1.07
+    at the fixed point). The gradient norm grows by $\sqrt{\chi_1}$ per layer, backwards."""
+    tau = checks.number("tau", tau, 0.0, low_open=True)
+    nu = checks.number("nu", nu, 0.0, low_open=True)
+    v = nu * tau
+    # E[e^{2z}; z <= 0] = e^{2v} Phi(-2 sqrt v) for z ~ N(0, v);  Phi(x) = erfc(-x / sqrt 2) / 2
+    tail = math.exp(2 * v) * 0.5 * math.erfc(2 * math.sqrt(v) / math.sqrt(2))
+    return tau * selu.LAMBDA**2 * (0.5 + selu.ALPHA**2 * tail)
+
+
+# -- deep classifiers: the SNN, the ReLU network, and the ablations of self-normalisation -------
+
+# name: (activation, initialisation, batch normalization after each hidden linear layer)
+ARMS = {
+    "snn": ("selu", "lecun", False),
+    "relu_he": ("relu", "he", False),
+    "elu_lecun": ("elu", "lecun", False),
+    "selu_he": ("selu", "he", False),
+    "relu_he_bn": ("relu", "he", True),
+}
+ARM_NAMES = {
+    "snn": "SNN: SELU, LeCun",
+    "relu_he": "ReLU, He",
+    "elu_lecun": "ELU, LeCun",
+    "selu_he": "SELU, He",
+    "relu_he_bn": "ReLU, He, batch norm",
+}
+_MODULES = {"selu": lambda: selu.SELU(), "relu": nn.ReLU, "elu": nn.ELU}
+
+
+def mlp(n_in: int, n_out: int, *, depth: int, width: int, arm: str = "snn") -> nn.Sequential:
+    """`depth` hidden layers of `width` units and a linear output, biases at zero, for one of
+    `ARMS`: its activation, its initialisation of the hidden layers (LeCun-normal, variance
+    1/n, or He-normal, 2/n, the one made for ReLU) and, for "relu_he_bn", the book's batch
+    normalization (`papernotes.batch_norm.BatchNorm`) between each hidden linear layer and its
+    activation. The output layer is LeCun-normal in every arm. The weights are drawn from
+    torch's global generator, layer by layer (`training.seeded` around the call)."""
     n_in, n_out, depth, width = (
         checks.integer(k, v)
         for k, v in (("n_in", n_in), ("n_out", n_out), ("depth", depth), ("width", width))
     )
+    checks.one_of("arm", arm, tuple(ARMS))
+    name, initialisation, normalised = ARMS[arm]
 
     def init(linear: nn.Linear, is_output: bool) -> None:
-        if snn or is_output:
+        if initialisation == "lecun" or is_output:
             selu.lecun_normal_(linear.weight)
         else:
             nn.init.kaiming_normal_(linear.weight, nonlinearity="relu")
         nn.init.zeros_(linear.bias)
 
-    return training.mlp([n_in, *[width] * depth, n_out], selu.SELU if snn else nn.ReLU, init=init)
+    model = training.mlp([n_in, *[width] * depth, n_out], _MODULES[name], init=init)
+    if not normalised:
+        return model
+    layers = []
+    for module in model:
+        layers.append(module)
+        if isinstance(module, nn.Linear) and module is not model[-1]:
+            layers.append(batch_norm.BatchNorm(module.out_features))
+    return nn.Sequential(*layers)
 
 
 def standardize(train_x: torch.Tensor, *others: torch.Tensor) -> list[torch.Tensor]:
@@ -113,43 +250,191 @@ def standardize(train_x: torch.Tensor, *others: torch.Tensor) -> list[torch.Tens
     return [(x - mean) / std for x in (train_x, *others)]
 
 
-def train_classifier(
+class Ensemble(nn.Module):
+    """`members` copies of one MLP (an nn.Sequential of nn.Linear, batch_norm.BatchNorm and
+    elementwise activations, as `mlp` builds), trained side by side as one module: each member
+    has its own weights, starts from the model's and sees the same minibatches.
+
+    The members' linear layers are one batched matrix product (weights (members, out, in)),
+    their batch norms one `BatchNorm` over members x features (each member's statistics over its
+    own batch), and the activations act elementwise, so no member's output, gradient or
+    statistics depend on another's. `member(k)` gives member k back as a stand-alone copy of
+    the model."""
+
+    def __init__(self, model: nn.Sequential, members: int):
+        super().__init__()
+        if not isinstance(model, nn.Sequential):
+            raise TypeError(f"model must be an nn.Sequential; got {type(model).__name__}")
+        self.members = checks.integer("members", members)
+        self.template = copy.deepcopy(model)
+        self.layers = nn.ModuleList()
+        self.weights, self.biases = nn.ParameterList(), nn.ParameterList()
+        for module in model:
+            if isinstance(module, nn.Linear):
+                self.weights.append(nn.Parameter(_repeat(module.weight, members)))
+                self.biases.append(nn.Parameter(_repeat(module.bias, members)))
+                self.layers.append(nn.Identity())  # a placeholder: the linear layer's slot
+            elif isinstance(module, batch_norm.BatchNorm):
+                stacked = batch_norm.BatchNorm(members * module.num_features, module.eps)
+                stacked.momentum = module.momentum
+                with torch.no_grad():
+                    for name in ("gamma", "beta", "running_mean", "running_var"):
+                        getattr(stacked, name).copy_(getattr(module, name).repeat(members))
+                self.layers.append(stacked)
+            else:
+                self.layers.append(copy.deepcopy(module))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """(B, D) inputs, the same for every member -> logits (members, B, classes)."""
+        h = x.expand(self.members, *x.shape)
+        linear = 0
+        for layer in self.layers:
+            if isinstance(layer, nn.Identity):
+                w, b = self.weights[linear], self.biases[linear]
+                h = torch.baddbmm(b.unsqueeze(1), h, w.transpose(1, 2))
+                linear += 1
+            elif isinstance(layer, batch_norm.BatchNorm):
+                k, n, features = h.shape
+                flat = h.transpose(0, 1).reshape(n, k * features)  # (B, members x features)
+                h = layer(flat).reshape(n, k, features).transpose(0, 1)
+            else:
+                h = layer(h)
+        return h
+
+    def member(self, k: int) -> nn.Sequential:
+        """Member `k` as a stand-alone copy of the model, in eval mode."""
+        k = checks.integer("k", k, 0)
+        if k >= self.members:
+            raise ValueError(f"k must be below the number of members, {self.members}; got {k}")
+        model = copy.deepcopy(self.template)
+        linear = 0
+        with torch.no_grad():
+            for module, layer in zip(model, self.layers, strict=True):
+                if isinstance(module, nn.Linear):
+                    module.weight.copy_(self.weights[linear][k])
+                    module.bias.copy_(self.biases[linear][k])
+                    linear += 1
+                elif isinstance(module, batch_norm.BatchNorm):
+                    rows = slice(k * module.num_features, (k + 1) * module.num_features)
+                    for name in ("gamma", "beta", "running_mean", "running_var"):
+                        getattr(module, name).copy_(getattr(layer, name)[rows])
+        return model.eval()
+
+
+def _repeat(parameter: torch.Tensor, members: int) -> torch.Tensor:
+    return parameter.detach().unsqueeze(0).repeat(members, *[1] * parameter.dim())
+
+
+@dataclass
+class ArmRun(training.Run):
+    """One arm trained at every learning rate of a grid: the model (an `Ensemble`, member k at
+    `learning_rates[k]`), its History ("val_accuracy/<k>" per member), and the update at which
+    each member's loss stopped being finite (None: it never did)."""
+
+    arm: str
+    learning_rates: tuple[float, ...]
+    diverged_at: list[int | None]
+
+    def val_accuracy(self) -> list[float]:
+        """Each member's validation accuracy after the last update."""
+        return [self.history.final(f"val_accuracy/{k}") for k in range(len(self.learning_rates))]
+
+    def chosen(self) -> int:
+        """The member with the best final validation accuracy among those that did not
+        diverge (the first of equals)."""
+        scores = self.val_accuracy()
+        alive = [k for k, step in enumerate(self.diverged_at) if step is None] or list(
+            range(len(scores))
+        )
+        return max(alive, key=lambda k: (scores[k], -k))
+
+
+def train_arm(
     train_x: torch.Tensor,
     train_y: torch.Tensor,
     val_x: torch.Tensor,
     val_y: torch.Tensor,
     *,
-    snn: bool,
+    arm: str,
+    learning_rates,
     seed: int,
     depth: int = 32,
-    width: int = 64,
-    lr: float = 0.01,
-    steps: int = 300,
-    batch_size: int = 128,
+    width: int = 32,
+    steps: int = 200,
+    batch_size: int = 64,
     eval_every: int = 50,
-) -> training.Run:
-    """Train `mlp(..., snn=snn)` with plain SGD (the paper's optimiser) on cross-entropy; the
-    run's History logs the validation accuracy ("val_accuracy")."""
+) -> ArmRun:
+    """Train `mlp(..., arm=arm)` with plain SGD (the paper's optimiser) on cross-entropy at
+    each of `learning_rates`, one `Ensemble` member per rate, all from the same initial weights
+    (of `seed`) and on the same minibatches (stream BATCHES of `seed`).
+
+    Member k's loss is weighted by its rate and the ensemble steps with rate 1: SGD's update
+    is linear in the gradient, so each member makes exactly the updates of plain SGD at its own
+    rate. A member whose loss stops being finite leaves the sum from then on (it has diverged);
+    the others carry on."""
     d = checks.tensor("train_x", train_x, "(N, D)", dtype="floating")
     checks.tensor("train_y", train_y, "(N,)", N=d["N"])
     checks.tensor("val_x", val_x, "(M, D)", D=d["D"], dtype="floating")
     checks.tensor("val_y", val_y, "(M,)", M=val_x.shape[0])
-    lr = checks.number("lr", lr, 0.0, low_open=True)
+    checks.one_of("arm", arm, tuple(ARMS))
+    rates = tuple(checks.number("learning_rates", r, 0.0, low_open=True) for r in learning_rates)
+    if not rates:
+        raise ValueError("learning_rates must hold at least one rate")
     n_classes = int(train_y.max()) + 1
     with training.seeded(seed):
-        model = mlp(d["D"], n_classes, depth=depth, width=width, snn=snn)
-    history = training.train_classifier(
-        model,
-        train_y,
-        torch.optim.SGD(model.parameters(), lr=lr),
+        model = mlp(d["D"], n_classes, depth=depth, width=width, arm=arm)
+    ensemble = Ensemble(model, len(rates))
+    weights = torch.tensor(rates)
+    alive = torch.ones(len(rates), dtype=torch.bool)
+    diverged_at: list[int | None] = [None] * len(rates)
+    batches = minibatches(d["N"], batch_size, training.generator(seed, BATCHES))
+
+    def loss_of_update(i: int) -> torch.Tensor:
+        index = next(batches)
+        logits = ensemble(train_x[index])  # (members, B, classes)
+        # each member's mean cross-entropy: cross_entropy takes (members, classes, B)
+        losses = F.cross_entropy(
+            logits.transpose(1, 2), train_y[index].expand(len(rates), -1), reduction="none"
+        ).mean(1)
+        finite = torch.isfinite(losses.detach())
+        for k in torch.nonzero(alive & ~finite).flatten().tolist():
+            diverged_at[k] = i
+        alive.logical_and_(finite)
+        if not alive.any():
+            return losses.sum()  # not finite: the loop stops updating
+        # sum_k lr_k L_k, stepped with rate 1: member k moves by -lr_k grad L_k
+        return (weights[alive] * losses[alive]).sum()
+
+    def evaluate() -> dict[str, float]:
+        correct = ensemble(val_x).argmax(-1) == val_y
+        return {f"val_accuracy/{k}": a for k, a in enumerate(correct.float().mean(1).tolist())}
+
+    history = training.train(
+        ensemble,
+        torch.optim.SGD(ensemble.parameters(), lr=1.0),
+        loss_of_update,
         steps,
-        batches=minibatches(d["N"], batch_size, training.generator(seed, BATCHES)),
-        logits_of=lambda index: model(train_x[index]),
-        evaluate=lambda: {"val_accuracy": training.accuracy(model(val_x), val_y)},
+        evaluate=evaluate,
         eval_every=eval_every,
-        desc="SNN" if snn else "ReLU",
+        desc=ARM_NAMES[arm],
     )
-    return training.Run(model, history)
+    return ArmRun(ensemble, history, arm, rates, diverged_at)
+
+
+def layer_gradient_norms(model: nn.Sequential, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """The Frobenius norm of the cross-entropy's gradient with respect to each hidden linear
+    layer's weight (the output layer left out), first layer first, on the batch (x, y) in train
+    mode (batch norm on the batch's statistics). The model's gradients are left as they were."""
+    checks.tensor("x", x, "(N, D)", dtype="floating")
+    checks.tensor("y", y, "(N,)", N=x.shape[0])
+    linears = [m for m in model if isinstance(m, nn.Linear)][:-1]
+    was_training = model.training
+    model.train()
+    grads = torch.autograd.grad(
+        F.cross_entropy(model(x), y), [m.weight for m in linears], allow_unused=False
+    )
+    model.train(was_training)
+    return torch.stack([g.norm() for g in grads])
 
 
 # -- measuring the claims -------------------------------------------------------------------------

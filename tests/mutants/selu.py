@@ -28,9 +28,9 @@ def he_initialisation():
 def drop_rate_where_the_keep_probability_belongs():
     """Alpha-dropout's (a, b) are computed with q = p, the drop rate, instead of q = 1 - p."""
 
-    def alpha_dropout_affine(p):
+    def alpha_dropout_affine(p, saturation=None):
         q = p
-        saturation = -m.LAMBDA * m.ALPHA
+        saturation = -m.LAMBDA * m.ALPHA if saturation is None else saturation
         a = (q + saturation**2 * q * (1 - q)) ** -0.5
         return a, -a * (1 - q) * saturation
 
@@ -50,8 +50,20 @@ def alpha_of_an_elu():
 def plain_dropout_for_alpha_dropout():
     """Alpha-dropout is standard inverted dropout: dropped units go to 0, the rest scale by 1/q."""
 
-    def alpha_dropout(x, p, training=True, generator=None):
+    def alpha_dropout(x, p, training=True, generator=None, saturation=None):
         return m.plain_dropout(x, p, training=training, generator=generator)
+
+    m.alpha_dropout = alpha_dropout
+
+
+def dropped_units_at_zero():
+    """Alpha-dropout drops to 0, a ReLU's resting value, instead of the saturation value
+    -lambda alpha (with a and b computed for that drop value, so the moments still come out
+    as 0 and 1 at the fixed point)."""
+    original = m.alpha_dropout
+
+    def alpha_dropout(x, p, training=True, generator=None, saturation=None):
+        return original(x, p, training=training, generator=generator, saturation=0.0)
 
     m.alpha_dropout = alpha_dropout
 
@@ -62,4 +74,5 @@ MUTANTS = [
     lambda_rounded_to_one,
     alpha_of_an_elu,
     plain_dropout_for_alpha_dropout,
+    dropped_units_at_zero,
 ]
