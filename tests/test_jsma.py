@@ -244,10 +244,13 @@ def test_adversarial_distance_counts_the_features_with_a_useful_saliency():
         jsma.adversarial_distance(model, randn(3, 4), 2)
 
 
-def test_hardness_is_the_trapezoid_under_distortion_against_success():
-    # (tau, eps): (0, -), (0.5, 0.1), (1.0, 0.3): the area from 0.5 to 1 is 0.5 * 0.2.
-    assert jsma.hardness([0.0, 0.5, 1.0], [0.0, 0.1, 0.3]) == pytest.approx(0.1)
-    assert jsma.hardness([0.2, 0.2], [0.1, 0.4]) == 0.0
+def test_hardness_is_the_area_under_distortion_against_success_from_zero():
+    # (tau, eps): (0, -), (0.5, 0.1), (1.0, 0.3): the strip from 0 to 0.5 is flat at 0.1
+    # (0.5 * 0.1), the trapezoid from 0.5 to 1 is 0.5 * 0.2.
+    assert jsma.hardness([0.0, 0.5, 1.0], [0.0, 0.1, 0.3]) == pytest.approx(0.05 + 0.1)
+    # the rate stays at 0.2: only the strip, at the first budget's distortion
+    assert jsma.hardness([0.2, 0.2], [0.1, 0.4]) == pytest.approx(0.02)
+    assert jsma.hardness([0.0, 0.0], [0.0, 0.0]) == 0.0
     with pytest.raises(ValueError, match="not decrease"):
         jsma.hardness([0.5, 0.4], [0.1, 0.1])
 
@@ -335,13 +338,54 @@ def test_success_rate_and_distortion_count_the_successes_within_the_budget():
     assert experiment.distortion(attack, 0.5, rows) == 0.375
 
 
-def test_pair_hardness_is_the_trapezoid_over_the_budgets():
-    # Success 1/4 then 2/4, mean distortion 0.125 then 0.25: (0.5 - 0.25) * (0.125 + 0.25) / 2.
+def test_pair_hardness_is_the_area_over_the_budgets():
+    # Nothing within 0.1; success 1/4 then 2/4, mean distortion 0.125 then 0.25: the strip
+    # 0.25 * 0.125, then (0.5 - 0.25) * (0.125 + 0.25) / 2.
     attack = hand_attack()
     assert experiment.pair_hardness(attack, [0.1, 0.25, 0.5], slice(None)) == pytest.approx(
-        0.25 * 0.375 / 2
+        0.25 * 0.125 + 0.25 * 0.375 / 2
     )
     assert experiment.pair_hardness(attack, [0.05, 0.1], slice(None)) == 0.0
+
+
+def test_the_paired_difference_has_a_clustered_standard_error():
+    a = torch.tensor([True, True, True, False, False, False])
+    b = torch.tensor([False, False, False, False, False, False])
+    clusters = torch.tensor([0, 0, 0, 1, 1, 1])
+    d, se = experiment.paired_difference(a, b, clusters)
+    assert d == pytest.approx(0.5)
+    # two clusters with means 1 and 0: std of the means / sqrt(2) = 0.5
+    assert se == pytest.approx(0.5)
+    # the same differences spread evenly over the clusters: no spread between their means
+    mixed = torch.tensor([0, 1, 0, 1, 0, 1])
+    assert experiment.paired_difference(a, b, torch.tensor([0, 0, 1, 1, 2, 2]))[1] > 0
+    assert experiment.paired_difference(a, torch.tensor([True] * 3 + [False] * 3), mixed) == (
+        0.0,
+        0.0,
+    )
+    # clustered attacks that move together give a larger SE than independent ones would
+    independent = experiment.paired_difference(a, b, torch.arange(6))[1]
+    assert se > independent
+    with pytest.raises(ValueError, match="two clusters"):
+        experiment.paired_difference(a, b, torch.zeros(6, dtype=torch.int64))
+
+
+def test_the_target_only_search_ignores_the_other_classes():
+    d_target = torch.tensor([[1.0, 2.0, -4.0]])
+    domain = torch.ones(1, 3, dtype=torch.bool)
+    scores = jsma.target_only_scores(d_target, domain, increase=True)
+    # alpha of (0, 1) = 3, (0, 2) = -3, (1, 2) = -2: only (0, 1) raises the target
+    expected = torch.tensor([[[0.0, 3.0, 0.0], [3.0, 0.0, 0.0], [0.0, 0.0, 0.0]]])
+    assert torch.equal(scores, expected)
+    lowering = jsma.target_only_scores(d_target, domain, increase=False)
+    assert lowering[0, 0, 2] == 3.0 and lowering[0, 1, 2] == 2.0 and lowering[0, 0, 1] == 0.0
+    # a pair the full map rejects (the other classes rise with the target) the ablation keeps
+    jacobian = torch.tensor([[[1.0, 1.0, 0.0], [1.0, 1.0, 0.0]]])  # (1, 2 classes, 3)
+    target = torch.tensor([0])
+    full, found = jsma.choose_features(jacobian, target, domain, True)
+    alone, found_alone = jsma.choose_features_by_target(jacobian, target, domain, True)
+    assert not found.item() and found_alone.item()
+    assert alone.tolist() == [[True, True, False]]
 
 
 def test_per_class_pair_fills_each_off_diagonal_cell_from_its_own_rows():
@@ -361,3 +405,19 @@ def test_per_class_pair_fills_each_off_diagonal_cell_from_its_own_rows():
 def test_three_standard_errors_of_a_difference_of_rates():
     assert experiment.three_standard_errors(0.5, 0.5, 100) == pytest.approx(3 * math.sqrt(0.005))
     assert experiment.three_standard_errors(1.0, 0.0, 10) == 0.0
+
+
+def test_the_target_only_attack_is_a_pair_search_and_moves_only_pairs():
+    model = nn.Sequential(nn.Linear(6, 3))
+    with torch.no_grad():
+        model[0].weight.copy_(torch.tensor([[1.0, 1, 0, 0, 0, 0], [0, 0, 1, 1, 0, 0], [0] * 6]))
+        model[0].bias.zero_()
+    x = torch.zeros(2, 6)
+    x[:, 2] = 0.5  # class 1 ahead
+    attack = jsma.jsma(model, x, 0, 1.0, 0.5, others=False)
+    # the target's derivative alone picks features 0 and 1, which reach class 0 in one step
+    assert attack.success.all()
+    assert torch.equal(attack.x_adv[:, :2], torch.ones(2, 2))
+    assert torch.equal(attack.changed, torch.full((2,), 2 / 6))
+    with pytest.raises(ValueError, match="pairs=True"):
+        jsma.jsma(model, x, 0, 1.0, 0.5, others=False, pairs=False)

@@ -168,6 +168,34 @@ def choose_features(
     return chosen & found[:, None], found
 
 
+def target_only_scores(
+    d_target: torch.Tensor, domain: torch.Tensor, increase: bool
+) -> torch.Tensor:
+    """The ablation of the saliency map's idea: every pair (p, q) of the search domain scored by
+    the target's derivative alone, |alpha| where alpha moves the target's logit the right way,
+    with no condition on the other classes; 0 elsewhere and for p = q. Shape (B, M, M)."""
+    alpha = d_target[:, :, None] + d_target[:, None, :]
+    m = d_target.shape[1]
+    allowed = domain[:, :, None] & domain[:, None, :] & ~torch.eye(m, dtype=torch.bool)
+    # alpha > 0 when increasing, alpha < 0 when decreasing; beta is not read
+    passes = alpha > 0 if increase else alpha < 0
+    return torch.where(allowed & passes, alpha.abs(), 0.0)
+
+
+def choose_features_by_target(
+    jacobian: torch.Tensor, target: torch.Tensor, domain: torch.Tensor, increase: bool
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The pair of the search domain with the largest |alpha| (`target_only_scores`), and
+    whether one was found: the same search as `choose_features` without the other classes."""
+    d_target, _ = target_and_others(jacobian, target)
+    scores = target_only_scores(d_target, domain, increase).flatten(1)
+    best, index = scores.max(1)
+    m = jacobian.shape[2]
+    chosen = F.one_hot(index // m, m).bool() | F.one_hot(index % m, m).bool()
+    found = best > 0
+    return chosen & found[:, None], found
+
+
 def choose_feature(
     jacobian: torch.Tensor, target: torch.Tensor, domain: torch.Tensor, increase: bool
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -212,6 +240,7 @@ def jsma(
     clip: tuple[float, float] = (0.0, 1.0),
     *,
     pairs: bool = True,
+    others: bool = True,
 ) -> Attack:
     """The paper's pairwise saliency-map attack on a batch: each example towards its target.
 
@@ -219,12 +248,20 @@ def jsma(
     pair of each unfinished example by theta (then clips), and drops from the search domain the
     features that reached the bound. An example stops when it is classified as its target, when
     it has used its floor(M * max_distortion / 2) pairs, or when no pair is left to choose.
-    With `pairs=False` (the ablation) each step changes the one feature with the largest
-    single-feature saliency, with the same budget in features.
+    With `pairs=False` (an ablation) each step changes the one feature with the largest
+    single-feature saliency, with the same budget in features. With `others=False` (the
+    ablation of the saliency map) the pairs are scored by the target's derivative alone, with
+    no condition on the other classes (`target_only_scores`).
     """
     checked = _check_attack(model, x, target, theta, max_distortion, clip)
     checks.boolean("pairs", pairs)
-    choose, per_step = (choose_features, 2) if pairs else (choose_feature, 1)
+    checks.boolean("others", others)
+    if not others and not pairs:
+        raise ValueError("others=False scores pairs: it needs pairs=True")
+    if not others:
+        choose, per_step = choose_features_by_target, 2
+    else:
+        choose, per_step = (choose_features, 2) if pairs else (choose_feature, 1)
     return _budgeted(model, x, max_distortion, checked, choose, per_step)
 
 
@@ -309,8 +346,10 @@ def hardness(success_rates, distortions) -> float:
     """H(s, t): the area under the average distortion of successful samples against the
     success rate, over increasing budgets, by the trapezoidal rule.
 
-    Budgets at which nothing succeeded yet have no average distortion: the curve starts at the
-    first budget with a success.
+    Budgets at which nothing succeeded yet have no average distortion. The successes of the
+    first budget with one are the only successes on the way from a success rate of 0 to theirs,
+    so the curve is flat at their average distortion on that strip: the area starts with the
+    rectangle tau_first * eps_first, then the trapezoids of the later budgets.
     """
     tau = torch.as_tensor(success_rates, dtype=torch.float64)
     eps = torch.as_tensor(distortions, dtype=torch.float64)
@@ -320,10 +359,12 @@ def hardness(success_rates, distortions) -> float:
         raise ValueError("success_rates must lie in [0, 1] and not decrease with the budget")
     keep = tau > 0
     tau, eps = tau[keep], eps[keep]
-    if len(tau) < 2:
+    if len(tau) == 0:
         return 0.0
-    # H(s, t) ~ sum_k (tau_{k+1} - tau_k) (eps_{k+1} + eps_k) / 2
-    return float(((tau[1:] - tau[:-1]) * (eps[1:] + eps[:-1]) / 2).sum())
+    # the strip [0, tau_first], flat at eps_first
+    strip = tau[0] * eps[0]
+    # H(s, t) ~ tau_1 eps_1 + sum_k (tau_{k+1} - tau_k) (eps_{k+1} + eps_k) / 2
+    return float(strip + ((tau[1:] - tau[:-1]) * (eps[1:] + eps[:-1]) / 2).sum())
 
 
 def adversarial_distance(model: nn.Module, x: torch.Tensor, target) -> torch.Tensor:

@@ -149,6 +149,30 @@ def per_class_pair(
     return matrix
 
 
+def paired_difference(
+    a: torch.Tensor, b: torch.Tensor, clusters: torch.Tensor
+) -> tuple[float, float]:
+    """The difference of two success rates measured on the same attacks, mean(a) - mean(b), and
+    its standard error when the attacks come in clusters (the nine attacks of one source digit
+    share it): the per-attack differences are averaged within each cluster, and the SE is the
+    standard deviation of those cluster means over sqrt(number of clusters), each cluster
+    weighted by its size. a and b are boolean (N,), clusters int64 (N,)."""
+    n = checks.tensor("a", a, "(N,)", dtype=torch.bool)["N"]
+    checks.tensor("b", b, "(N,)", dtype=torch.bool, N=n)
+    checks.tensor("clusters", clusters, "(N,)", dtype=torch.int64, N=n)
+    _, index, sizes = clusters.unique(return_inverse=True, return_counts=True)
+    if len(sizes) < 2:
+        raise ValueError("a clustered standard error needs two clusters at least")
+    d = a.double() - b.double()
+    mean = d.mean()
+    # the cluster-robust variance of a mean: sum_c (sum_{i in c} (d_i - mean))^2 / N^2, with the
+    # small-sample factor C / (C - 1)
+    residual = torch.zeros(len(sizes), dtype=torch.float64).index_add_(0, index, d - mean)
+    c = len(sizes)
+    variance = c / (c - 1) * residual.pow(2).sum() / n**2
+    return mean.item(), variance.sqrt().item()
+
+
 def three_standard_errors(p: float, q: float, n: int) -> float:
     """Three standard errors of the difference of two success rates p and q, each over n
     attacks: the margin a difference must beat to be more than sampling noise."""
