@@ -477,3 +477,49 @@ def test_cell_masses_of_the_formula_match_a_sampled_histogram():
             lambda y, t: concrete.concrete_log_density(y, LOGITS_3, t) - math.lgamma(3), tau, EDGES
         )
         assert experiment.histogram_distance(sampled, halved) > 0.4
+
+
+# -- the nearest corner and the log-convexity of the density --------------------------------------
+
+
+def test_corner_mismatches_are_zero_for_the_relaxation_and_many_for_tau_on_the_logits(monkeypatch):
+    logits = torch.log(torch.tensor([0.6, 0.3, 0.1], dtype=torch.float64))
+    for tau in (0.1, 1.0, 10.0):
+        assert experiment.corner_mismatches(logits, tau, 5000, (0, 3)) == 0
+
+    def logits_alone(logits, temperature, *, hard=False, generator=None):
+        return torch.softmax(logits / temperature + concrete.gumbel_noise(logits, generator), -1)
+
+    monkeypatch.setattr(concrete, "relax", logits_alone)
+    # At tau = 0.1 the logits / tau swamp the noise: nearly every sample takes corner 1, so the
+    # draws whose Gumbel-max category is 2 or 3 (about 40%) disagree.
+    assert experiment.corner_mismatches(logits, 0.1, 5000, (0, 3)) > 1500
+
+
+def test_log_density_curvature_of_a_hand_example():
+    # K = 2, pi = (1/2, 1/2), at y = 1/2: the second derivative of log p in y is
+    # 8 (1 - tau^2) by hand, positive below tau = 1 = 1 / (K - 1), zero at it, negative above;
+    # the curvature is its sign (a 1 x 1 Hessian), and 0 where it vanishes.
+    logits = torch.zeros(2, dtype=torch.float64)
+    point = torch.tensor([[0.5, 0.5]], dtype=torch.float64)
+    assert experiment.log_density_curvature(logits, 1.0, point) == pytest.approx(0.0, abs=1e-6)
+    for tau in (0.5, 2.0):
+        h = 1e-4
+        y = torch.tensor([0.5 - h, 0.5, 0.5 + h], dtype=torch.float64)
+        values = concrete.log_density(torch.stack([y, 1 - y], -1), logits, tau)
+        second = (values[0] - 2 * values[1] + values[2]) / h**2
+        curvature = experiment.log_density_curvature(logits, tau, point)
+        assert second == pytest.approx(8 * (1 - tau**2), rel=1e-5)
+        assert curvature == pytest.approx(1.0 if second > 0 else -1.0)
+
+
+def test_the_density_is_log_convex_below_one_over_k_minus_one_and_not_above():
+    # Maddison et al., Proposition 1(d): log-convex for tau <= 1 / (K - 1).
+    for k in (3, 5):
+        logits = torch.randn(k, generator=gen(40 + k), dtype=torch.float64)
+        points = experiment.uniform_simplex_points(500, k, gen(50 + k))
+        assert torch.allclose(points.sum(-1), torch.ones(500, dtype=torch.float64))
+        assert (points > 0).all() and abs(points[:, 0].mean() - 1 / k) < 0.05
+        assert experiment.log_density_curvature(logits, 1 / (k - 1), points) > -1e-12
+        assert experiment.log_density_curvature(logits, 0.5 / (k - 1), points) > -1e-12
+        assert experiment.log_density_curvature(logits, 2.0, points) < -0.5

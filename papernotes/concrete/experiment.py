@@ -53,6 +53,59 @@ def chi_square_critical_value(k: int, level: float = 1e-3) -> float:
     return float(chi2.isf(level, checks.integer("k", k, 2) - 1))
 
 
+# -- the nearest corner: argmax of the relaxed sample against Gumbel-max ------------------------
+
+
+def corner_mismatches(
+    logits: torch.Tensor, temperature: float, n: int, noise: tuple[int, int]
+) -> int:
+    """How many of n relaxed samples y = softmax((logits + g) / tau) have a largest coordinate
+    other than the Gumbel-max category argmax(logits + g) of the same noise g.
+
+    `noise` is the (seed, stream) of the generator; each side draws from a fresh generator of
+    it, so both see the same g. Maddison et al.'s P(argmax y = k) = pi_k rests on this identity
+    (softmax is increasing in each coordinate, dividing by tau > 0 keeps the order): zero for a
+    right relaxation at every temperature.
+    """
+    checks.tensor("logits", logits, "(K,)", dtype="floating")
+    n = checks.integer("n", n)
+    draws = logits.expand(n, -1)
+    y = concrete.relax(draws, temperature, generator=generator(*noise))
+    z = concrete.gumbel_max(draws, generator(*noise))
+    return int((y.argmax(-1) != z.argmax(-1)).sum())
+
+
+# -- log-convexity of the density (Maddison et al., Proposition 1d) -------------------------------
+
+
+def log_density_curvature(logits: torch.Tensor, temperature: float, points: torch.Tensor) -> float:
+    """The most negative curvature of the Concrete log-density at `points` (N, K) inside the
+    simplex, relative to the largest: min over points of lambda_min(H) / max |lambda(H)|, with
+    H the Hessian of log p in the free coordinates y_1..y_{K-1} (y_K = 1 - their sum).
+
+    At least 0 (up to rounding) wherever the density is log-convex; negative where it curves
+    down somewhere.
+    """
+    k = checks.tensor("logits", logits, "(K,)", dtype="floating")["K"]
+    checks.tensor("points", points, "(N, K)", K=k, dtype="floating")
+
+    def log_p(free: torch.Tensor) -> torch.Tensor:
+        y = torch.cat([free, (1 - free.sum()).reshape(1)])
+        return concrete.log_density(y, logits, temperature)
+
+    hessians = torch.func.vmap(torch.func.hessian(log_p))(points[:, :-1])
+    eigenvalues = torch.linalg.eigvalsh(hessians)  # ascending, per point
+    scale = eigenvalues.abs().amax(-1).clamp_min(torch.finfo(eigenvalues.dtype).tiny)
+    return (eigenvalues[:, 0] / scale).min().item()
+
+
+def uniform_simplex_points(n: int, k: int, generator: torch.Generator | None = None):
+    """n points (n, K) drawn uniformly on the simplex (Dirichlet(1, ..., 1): normalised
+    exponential variables), in float64."""
+    e = -torch.log(torch.rand(n, k, generator=generator, dtype=torch.float64).clamp_min(1e-300))
+    return e / e.sum(-1, keepdim=True)
+
+
 # -- the density against sampled histograms, K = 3 ------------------------------------------------
 # The density is compared in v = tau (log y_1 - log y_3, log y_2 - log y_3), where it is smooth
 # (on the simplex it piles up at the corners): a histogram of samples on a square grid of v
