@@ -284,77 +284,147 @@ def test_spell_writes_the_symbols_without_padding():
     assert experiment.spell(torch.tensor([CLS, o[1], c[1], SEP])) == "C[]S"
 
 
+# -- the right-to-left LM ------------------------------------------------------------------------
+
+
+def test_reversal_reads_each_sequence_backwards_and_twice_gives_it_back():
+    o, c = OPEN, CLOSE
+    tokens = torch.tensor(
+        [[CLS, o[0], o[1], c[1], c[0], SEP, PAD], [CLS, o[2], c[2], SEP, PAD, PAD, PAD]]
+    )
+    index = bert.reversal(tokens)
+    backwards = tokens.gather(1, index)
+    assert backwards[1].tolist() == [SEP, c[2], o[2], CLS, PAD, PAD, PAD]
+    assert backwards[0].tolist() == [SEP, c[0], c[1], o[1], o[0], CLS, PAD]
+    assert torch.equal(backwards.gather(1, bert.reversal(backwards)), tokens)
+
+
+def test_rtl_features_ignore_the_left_and_see_the_right():
+    tokens = corpus(8, min_pairs=10)
+    model = encoder(True)
+    for j in (5, 12, 20):
+        changed = tokens.clone()
+        changed[:, j] = torch.where(changed[:, j] == OPEN[0], OPEN[1], OPEN[0])
+        moved = (bert.rtl_features(model, changed) - bert.rtl_features(model, tokens)).abs()
+        moved = moved.amax(-1)
+        assert moved[:, j + 1 :].max().item() < 1e-5  # nothing right of j moves
+        assert moved[:, : j + 1].min().item() > 1e-3  # j itself and everything left of it does
+
+
+def test_rtl_loss_predicts_the_previous_real_token():
+    tokens, model = corpus(16), encoder(True)
+    log_p = bert.rtl_features(model, tokens) @ model.head.weight.T + model.head.bias
+    log_p = log_p.log_softmax(-1)
+    terms = [
+        -log_p[b, t, tokens[b, t - 1]]
+        for b in range(16)
+        for t in range(1, 22)
+        if tokens[b, t] != PAD
+    ]
+    assert bert.rtl_loss(model, tokens).item() == pytest.approx(
+        torch.stack(terms).mean().item(), rel=1e-5
+    )
+
+
+def test_mlm_loss_keeps_the_batch_it_masked():
+    tokens, model = corpus(16), encoder(False)
+    kept = []
+    loss = bert.mlm_loss(model, tokens, gen(15), keep=kept)
+    inputs, labels = bert.mask_tokens(tokens, MASK, VOCAB_SIZE, 0.15, gen(15), SPECIAL_IDS)
+    assert len(kept) == 1 and torch.equal(kept[0][0], inputs) and torch.equal(kept[0][1], labels)
+    assert loss.item() == pytest.approx(bert.mlm_loss(model, tokens, gen(15)).item())
+
+
 # -- the probe ------------------------------------------------------------------------------------
 
 
-def test_probe_set_by_hand():
-    o, c = OPEN, CLOSE  # ( [ {  and  ) ] }
-    tokens = torch.tensor([[CLS, o[0], c[0], o[1], o[2], c[2], c[1], SEP, PAD]])
-    rows, cols, labels = experiment.probe_set(tokens)
-    assert cols.tolist() == [1, 3, 4] and rows.tolist() == [0, 0, 0]
-    assert labels.tolist() == [1, 0, 1]
+def balanced(row) -> bool:
+    stack = []
+    for t in row:
+        if t in OPEN:
+            stack.append(OPEN.index(t))
+        elif t in CLOSE:
+            if not stack or stack.pop() != CLOSE.index(t):
+                return False
+    return not stack
+
+
+def prefix_ok(row) -> bool:
+    """A prefix of some balanced sequence (brackets only)."""
+    stack = []
+    for t in row:
+        if t in OPEN:
+            stack.append(OPEN.index(t))
+        elif not stack or stack.pop() != CLOSE.index(t):
+            return False
+    return True
+
+
+def test_the_hidden_bracket_is_fixed_by_both_sides_together_and_by_neither_alone():
+    tokens = corpus(300, seed=3)
+    rows, cols, labels = experiment.cloze_set(tokens, gen(16))
+    flipped = {o: c for o, c in zip(OPEN, CLOSE, strict=True)} | {
+        c: o for o, c in zip(OPEN, CLOSE, strict=True)
+    }
+    for r, c, y in zip(rows.tolist(), cols.tolist(), labels.tolist(), strict=True):
+        word = [t for t in tokens[r].tolist() if t in OPEN + CLOSE]
+        i = c - 1
+        fits = [b for b in experiment.BRACKETS if balanced(word[:i] + [b] + word[i + 1 :])]
+        assert fits == [experiment.BRACKETS[y]]
+        # the left alone: every bracket that continues the prefix; the right alone: every
+        # bracket that, read backwards, continues the reversed suffix
+        left = [b for b in experiment.BRACKETS if prefix_ok(word[:i] + [b])]
+        right = [
+            b
+            for b in experiment.BRACKETS
+            if prefix_ok([flipped[t] for t in (word[i + 1 :] + [b])[::-1]])
+        ]
+        assert len(left) >= 3 and len(right) >= 3
+
+
+def test_cloze_set_hides_one_bracket_per_sequence():
+    o, c = OPEN, CLOSE
+    tokens = torch.tensor([[CLS, o[0], c[0], o[1], c[1], SEP]] * 200)
+    rows, cols, labels = experiment.cloze_set(tokens, gen(17))
+    assert rows.tolist() == list(range(200)) and set(cols.tolist()) == {1, 2, 3, 4}
+    assert all(
+        experiment.BRACKETS[y] == tokens[0, x]
+        for x, y in zip(cols.tolist(), labels.tolist(), strict=True)
+    )
     with pytest.raises(ValueError, match="tokens must have shape"):
-        experiment.probe_set(tokens[0])
+        experiment.cloze_set(tokens[0])
+
+
+def test_cloze_features_read_the_gap_as_each_encoder_should():
+    tokens = corpus(20, seed=4)
+    rows, cols, labels = experiment.cloze_set(tokens, gen(18))
+    ltr, rtl, mlm = encoder(True, seed=1), encoder(True, seed=2), encoder(False, seed=3)
+    other = tokens.clone()
+    other[rows, cols] = torch.tensor(experiment.BRACKETS)[(labels + 1) % 6]  # another bracket
+    for encoders in ({"mlm": mlm}, {"ltr": ltr}, {"rtl": rtl}, {"ltr": ltr, "rtl": rtl}):
+        a = experiment.cloze_features(encoders, tokens, rows, cols)
+        b = experiment.cloze_features(encoders, other, rows, cols)
+        assert a.shape == (20, 64 * len(encoders))
+        assert torch.allclose(a, b, atol=1e-6)  # none of them sees the hidden bracket
+    both = experiment.cloze_features({"ltr": ltr, "rtl": rtl}, tokens, rows, cols)
+    assert torch.equal(both[:, :64], experiment.cloze_features({"ltr": ltr}, tokens, rows, cols))
+    assert torch.equal(both[:, 64:], experiment.cloze_features({"rtl": rtl}, tokens, rows, cols))
 
 
 def test_majority_accuracy_by_hand():
     assert experiment.majority_accuracy(torch.tensor([1, 1, 0]), torch.tensor([1, 0, 0, 0])) == 0.25
     assert experiment.majority_accuracy(torch.tensor([0, 0, 1]), torch.tensor([1, 0, 0, 0])) == 0.75
+    assert experiment.majority_accuracy(torch.tensor([4, 4, 2]), torch.tensor([4, 1])) == 0.5
 
 
 def test_train_probe_learns_a_separable_problem():
     x = torch.randn(400, 6, generator=gen(10))
-    y = (x[:, 2] > 0).long()
-    run = experiment.train_probe(x[:300], y[:300], x[300:], y[300:], seed=0, steps=200)
-    assert run.history.steps == [200]
-    assert run.history.final("val_accuracy") > 0.95
+    y = (x[:, 2] > 0).long() + 2 * (x[:, 4] > 0).long()
+    run = experiment.train_probe(x[:300], y[:300], x[300:], y[300:], seed=0, classes=4, steps=200)
+    assert run.history.steps == [200] and run.model.out_features == 4
+    assert run.history.final("val_accuracy") > 0.9
     with pytest.raises(ValueError, match="train_y must have shape"):
         experiment.train_probe(x, y[:10], x, y, seed=0)
-
-
-# -- pre-training ---------------------------------------------------------------------------------
-
-
-def test_pretrain_keeps_snapshots_and_lowers_the_loss():
-    tokens, val = corpus(512), corpus(64, seed=1)
-    run = experiment.pretrain(
-        tokens,
-        val,
-        causal=False,
-        seed=0,
-        steps=40,
-        eval_every=20,
-        batch_size=32,
-        d_model=32,
-        n_heads=2,
-        n_layers=1,
-        d_ff=32,
-    )
-    assert run.history.steps == [20, 40] and sorted(run.snapshots) == [20, 40]
-    assert run.history["val_loss"][-1] < math.log(VOCAB_SIZE)
-    at_40 = run.at(40)
-    assert all(torch.equal(v, run.model.state_dict()[k]) for k, v in at_40.state_dict().items())
-    assert not torch.equal(run.at(20).head.weight, run.model.head.weight)
-    with pytest.raises(ValueError, match="step must be one of"):
-        run.at(30)
-    with pytest.raises(ValueError, match="val must have shape"):
-        experiment.pretrain(tokens, val[:, :10], causal=True, seed=0, steps=1)
-
-
-def test_pretrain_returns_a_training_run():
-    run = experiment.pretrain(
-        corpus(64),
-        corpus(16, seed=1),
-        causal=True,
-        seed=0,
-        steps=2,
-        eval_every=1,
-        d_model=8,
-        n_heads=2,
-        n_layers=1,
-        d_ff=8,
-    )
-    assert isinstance(run, training.Run) and run.history.steps == [1, 2]
 
 
 def test_the_probe_standardises_on_the_training_features():
@@ -365,37 +435,127 @@ def test_the_probe_standardises_on_the_training_features():
     by_hand = (x[150:] - x[:150].mean(0)) / (x[:150].std(0) + 1e-6)
     assert torch.allclose(run.standardize(x[150:]), by_hand)
     with torch.no_grad():
-        expected = (run.model(by_hand).argmax(1) == y[150:]).float().mean().item()
-    assert run.accuracy(x[150:], y[150:]) == pytest.approx(expected)
+        expected = run.model(by_hand).argmax(1) == y[150:]
+    assert torch.equal(run.correct(x[150:], y[150:]), expected)
+    assert run.accuracy(x[150:], y[150:]) == pytest.approx(expected.float().mean().item())
     assert run.history.final("val_accuracy") == run.accuracy(x[150:], y[150:])
 
 
-def test_probe_accuracy_trains_on_train_validates_on_validation_and_tests_on_test():
-    model = encoder(False)
-    tokens = {
-        name: corpus(40, seed=s) for name, s in (("train", 1), ("validation", 2), ("test", 3))
-    }
-    items = {name: experiment.probe_set(t) for name, t in tokens.items()}
-    features = {
-        name: experiment.probe_features(model, tokens[name], rows, cols)
-        for name, (rows, cols, _) in items.items()
-    }
+def test_tune_probe_chooses_on_validation_and_answers_the_test_items():
+    x = torch.randn(600, 5, generator=gen(19))
+    y = (x[:, 0] + 0.3 * torch.randn(600, generator=gen(20)) > 0).long()
+    features = {"train": x[:200], "validation": x[200:400], "test": x[400:]}
+    labels = {"train": y[:200], "validation": y[200:400], "test": y[400:]}
+    tuned = experiment.tune_probe(features, labels, (1e-3, 10.0), seed=0, classes=2)
+    assert set(tuned.val_accuracy) == {1e-3, 10.0}
+    assert tuned.chosen == max(tuned.val_accuracy, key=tuned.val_accuracy.get)
     run = experiment.train_probe(
-        features["train"], items["train"][2], features["validation"], items["validation"][2], seed=0
+        x[:200], y[:200], x[200:400], y[200:400], seed=0, weight_decay=tuned.chosen
     )
-    val, test = experiment.probe_accuracy(model, tokens, items, seed=0)
-    assert val == run.history.final("val_accuracy")
-    assert test == run.accuracy(features["test"], items["test"][2])
+    assert torch.equal(tuned.correct, run.correct(x[400:], y[400:]))
+    assert tuned.test_accuracy == pytest.approx(run.accuracy(x[400:], y[400:]))
 
 
-def test_difference_noise_is_k_standard_errors_of_a_difference_of_accuracies():
-    assert experiment.difference_noise(0.9, 0.6, 100) == pytest.approx(
-        3 * math.sqrt((0.9 * 0.1 + 0.6 * 0.4) / 100)
+def test_paired_noise_is_k_standard_errors_of_the_paired_difference():
+    a = torch.tensor([True, True, True, False])
+    b = torch.tensor([True, False, False, False])
+    # differences 0, 1, 1, 0: variance 0.25, n = 4
+    assert experiment.paired_noise(a, b) == pytest.approx(3 * math.sqrt(0.25 / 4))
+    assert experiment.paired_noise(a, a) == 0.0
+    assert experiment.paired_noise(a, b, standard_errors=2) == pytest.approx(0.5)
+    with pytest.raises(ValueError, match="correct_b must have shape"):
+        experiment.paired_noise(a, b[:3])
+
+
+# -- pre-training ---------------------------------------------------------------------------------
+
+SMALL = {"d_model": 32, "n_heads": 2, "n_layers": 1, "d_ff": 32}
+
+
+def test_pretrain_lowers_the_loss_and_counts_the_masks_it_drew():
+    tokens, val = corpus(512), corpus(64, seed=1)
+    run = experiment.pretrain(
+        tokens, val, objective="mlm", seed=0, steps=40, eval_every=20, batch_size=32, **SMALL
     )
-    assert experiment.difference_noise(1.0, 0.0, 50) == 0.0
-    assert experiment.difference_noise(0.5, 0.5, 100, standard_errors=2) == pytest.approx(
-        2 * math.sqrt(0.5 / 100)
+    assert run.history.steps == [20, 40]
+    assert run.history["val_loss"][-1] < math.log(VOCAB_SIZE)
+    # the counts are those of the 40 batches, drawn in order from the run's two streams
+    batches = experiment.minibatches(512, 32, training.generator(0, experiment.BATCHES))
+    masks = training.generator(0, experiment.MASKS)
+    totals = {}
+    for _ in range(40):
+        batch = tokens[next(batches)]
+        inputs, labels = bert.mask_tokens(batch, MASK, VOCAB_SIZE, 0.15, masks, SPECIAL_IDS)
+        for k, v in experiment.masking_counts(batch, inputs, labels).items():
+            totals[k] = totals.get(k, 0) + v
+    assert run.masking == totals
+    with pytest.raises(ValueError, match="val must have shape"):
+        experiment.pretrain(tokens, val[:, :10], objective="ltr", seed=0, steps=1)
+    with pytest.raises(ValueError, match="objective must be one of"):
+        experiment.pretrain(tokens, val, objective="both", seed=0, steps=1)
+
+
+def test_pretrain_keeps_the_snapshots_asked_for():
+    run = experiment.pretrain(
+        corpus(256),
+        corpus(16, seed=1),
+        objective="ltr",
+        seed=0,
+        steps=6,
+        eval_every=3,
+        snapshot_at=(0, 3, 6),
+        **SMALL,
     )
+    assert sorted(run.snapshots) == [0, 3, 6]
+    start = experiment.new_encoder(causal=True, seed=0, max_len=22, **SMALL).state_dict()
+    assert all(torch.equal(v, start[k]) for k, v in run.at(0).state_dict().items())
+    assert all(torch.equal(v, run.model.state_dict()[k]) for k, v in run.at(6).state_dict().items())
+    assert not torch.equal(run.at(3).head.weight, run.model.head.weight)
+    with pytest.raises(ValueError, match="step must be one of"):
+        run.at(4)
+
+
+def test_pretrain_returns_a_training_run_for_each_objective():
+    for objective in experiment.OBJECTIVES:
+        run = experiment.pretrain(
+            corpus(64),
+            corpus(16, seed=1),
+            objective=objective,
+            seed=0,
+            steps=2,
+            eval_every=1,
+            **SMALL,
+        )
+        assert isinstance(run, training.Run) and run.history.steps == [1, 2]
+        assert run.model.causal == (objective != "mlm")
+        assert bool(run.masking) == (objective == "mlm")
+
+
+def test_loss_placement_agrees_for_the_papers_loss_and_not_for_a_loss_everywhere(monkeypatch):
+    model, tokens = encoder(False), corpus(64)
+    through, by_hand = experiment.loss_placement(model, tokens, seed=0)
+    assert through == pytest.approx(by_hand, rel=1e-5)
+    original = bert.mask_tokens
+
+    def everywhere(tokens, *args, **kwargs):
+        inputs, _ = original(tokens, *args, **kwargs)
+        return inputs, tokens.masked_fill(tokens == PAD, IGNORE)
+
+    monkeypatch.setattr(bert, "mask_tokens", everywhere)
+    through, by_hand = experiment.loss_placement(model, tokens, seed=0)
+    assert abs(through - by_hand) / by_hand > 1e-3
+
+
+def test_masking_counts_and_shares_by_hand():
+    o, c = OPEN, CLOSE
+    tokens = torch.tensor([[CLS, o[0], c[0], o[1], c[1], SEP]])
+    inputs = torch.tensor([[CLS, MASK, c[1], o[1], c[1], SEP]])
+    labels = torch.tensor([[IGNORE, o[0], c[0], o[1], IGNORE, IGNORE]])
+    counts = experiment.masking_counts(tokens, inputs, labels)
+    assert counts == {"eligible": 4, "selected": 3, "mask": 1, "other token": 1, "unchanged": 1}
+    shares = experiment.shares_of(counts)
+    assert shares["selected"] == 0.75 and shares["mask"] == pytest.approx(1 / 3)
+    assert shares == experiment.masking_shares(tokens, inputs, labels)
 
 
 def test_influence_by_side_by_hand():
@@ -404,5 +564,9 @@ def test_influence_by_side_by_hand():
     assert sides["left"] == pytest.approx((4 + 8 + 9 + 12 + 13 + 14) / 6)
     assert sides["right"] == pytest.approx((1 + 2 + 3 + 6 + 7 + 11) / 6)
     assert sides["next"] == pytest.approx((1 + 6 + 11) / 3)
-    causal = experiment.influence(encoder(True), corpus(8, min_pairs=10), gen(14))
+    full = corpus(8, min_pairs=10)
+    causal = experiment.influence(encoder(True), full, gen(14))
     assert experiment.influence_by_side(causal)["right"] < 1e-6
+    backwards = experiment.influence(encoder(True), full, gen(14), backwards=True)
+    assert experiment.influence_by_side(backwards)["left"] < 1e-6
+    assert experiment.influence_by_side(backwards)["right"] > 1e-3

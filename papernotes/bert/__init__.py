@@ -4,11 +4,13 @@ Devlin, Chang, Lee & Toutanova 2018, *BERT: Pre-training of Deep Bidirectional T
 Language Understanding*, NAACL 2019 (arXiv:1810.04805). A transformer encoder whose every layer
 reads both sides of each position would, asked to predict a token, simply read it; BERT hides the
 targets instead (the masked LM: 15% of the positions selected, of those 80% replaced by [MASK],
-10% by a random token, 10% left) and puts the loss on the selected positions only. The baseline is
-the same encoder with a causal mask, trained left to right on the next token (the paper's "LTR"
-ablation). The chapter (chapters/bert.ipynb, "The idea") derives it; each equation is written
-again below, above the lines that compute it, in the paper's order: the encoder and its mask, the
-masking, the two losses.
+10% by a random token, 10% left) and puts the loss on the selected positions only. The baselines
+are the same encoder with a causal mask, trained left to right on the next token (the paper's
+"LTR" ablation), the same causal encoder reading the sequence backwards, trained on the previous
+token (a right-to-left LM), and the two one-way encoders' features side by side (ELMo's shallow
+concatenation, section 5.1). The chapter (chapters/bert.ipynb, "The idea") derives it; each
+equation is written again below, above the lines that compute it, in the paper's order: the
+encoder and its mask, the masking, the losses.
 
 The bracket language the chapter pre-trains on, the pre-training runs, the probe and the
 measurements are in `papernotes.bert.experiment`.
@@ -217,9 +219,12 @@ def mlm_loss(
     mask_prob: float = 0.15,
     mask_fraction: float = 0.8,
     random_fraction: float = 0.1,
+    *,
+    keep: list | None = None,
 ) -> torch.Tensor:
     r"""$\mathcal L_{\mathrm{MLM}}$: cross-entropy of the original tokens at the selected
-    positions of a freshly masked batch (labels -100 elsewhere are ignored)."""
+    positions of a freshly masked batch (labels -100 elsewhere are ignored). When `keep` is a
+    list, the (inputs, labels) the loss was computed on are appended to it."""
     inputs, labels = mask_tokens(
         tokens,
         MASK,
@@ -230,6 +235,8 @@ def mlm_loss(
         mask_fraction=mask_fraction,
         random_fraction=random_fraction,
     )
+    if keep is not None:
+        keep.append((inputs, labels))
     logits = model(inputs)
     # L_MLM = -1/|S| sum_{i in S} log p(x_i | x~): the mean over the positions not IGNORE'd
     return F.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=IGNORE)
@@ -245,3 +252,30 @@ def ltr_loss(model: Encoder, tokens: torch.Tensor) -> torch.Tensor:
     logits = model(tokens)[:, :-1]
     labels = tokens[:, 1:].masked_fill(tokens[:, 1:] == PAD, IGNORE)
     return F.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=IGNORE)
+
+
+# -- 4. the right-to-left LM ----------------------------------------------------------------------
+
+
+def reversal(tokens: torch.Tensor) -> torch.Tensor:
+    """The index (B, T) that reads each sequence backwards: position t of the reversed sequence
+    is position n - 1 - t of the original, n its number of real tokens; padding stays at the end.
+    Reversing twice gives the original back (`tokens.gather(1, index)`)."""
+    n = (tokens != PAD).sum(1, keepdim=True)
+    t = torch.arange(tokens.shape[1], device=tokens.device)[None]
+    return torch.where(t < n, n - 1 - t, t)
+
+
+def rtl_loss(model: Encoder, tokens: torch.Tensor) -> torch.Tensor:
+    r"""$\mathcal L_{\mathrm{RTL}}$: a causal encoder reading each sequence backwards, trained on
+    the previous token: `ltr_loss` of the reversed sequences."""
+    # L_RTL = -1/(T-1) sum_{i>1} log p(x_{i-1} | x_{>=i})
+    return ltr_loss(model, tokens.gather(1, reversal(tokens)))
+
+
+def rtl_features(model: Encoder, tokens: torch.Tensor) -> torch.Tensor:
+    """The right-to-left encoder's features (B, T, D) in the original order: at position i they
+    have read x_i and everything after it, nothing before."""
+    index = reversal(tokens)
+    h = model.features(tokens.gather(1, index))
+    return h.gather(1, index[..., None].expand(-1, -1, h.shape[-1]))

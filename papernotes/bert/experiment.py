@@ -1,12 +1,13 @@
-"""The bert chapter's experiment: a bracket language with long-range structure, the masked LM and
-the left-to-right LM pre-trained on it, a linear probe on their frozen features, and the
-measurements (what the masking did, what each position sees).
+"""The bert chapter's experiment: a bracket language in which every token is fixed by both sides
+together, three pre-trainings on it (the masked LM, a left-to-right LM, a right-to-left LM), a
+linear probe on their frozen features, and the measurements (what the masking did, where the loss
+went, what each position sees).
 
 The data: balanced sequences of three kinds of brackets (a Dyck language), framed by `[CLS]`
-and `[SEP]` and padded. The probe asks, of each opening bracket, whether the very next token
-closes it: a question that needs the context to the right. The paper fine-tunes, and also
-(section 5.3) uses the frozen features with a classifier on top; here, frozen features and a
-linear probe.
+and `[SEP]` and padded. The probe's question is a cloze: one bracket of each sequence is hidden,
+which was it? Given both sides exactly one bracket fits; given either side alone at least three
+do. The paper fine-tunes, and also (section 5.3) uses frozen features with a classifier on top;
+here, frozen features and a linear probe whose weight decay is chosen on validation.
 
 The mechanism is `papernotes.bert`, called through the module (`bert.mlm_loss(...)`) so that a
 mutant patched onto it reaches these runs.
@@ -27,12 +28,13 @@ from papernotes.data import minibatches
 
 # The random streams of the chapter's seed (papernotes.training.generator(seed, stream)): the
 # corpora, the probe's three sets, the full-length sequences and their replacements; the
-# pre-training batches, their masks and the validation loss's masks; the masking read back in
-# the claim check, and the masking drawn in the picture.
+# pre-training batches, their masks and the validation loss's masks; the masking of the loss
+# check, and the masking drawn in the picture.
 CORPUS, VALIDATION, PROBE_TRAIN, PROBE_VALIDATION, PROBE_TEST = 1, 2, 3, 4, 5
 FULL_LENGTH, INFLUENCE = 6, 7
-BATCHES, MASKS, VALIDATION_MASKS, MASKING = 11, 12, 13, 14
+BATCHES, MASKS, VALIDATION_MASKS, LOSS_CHECK = 11, 12, 13, 14
 PICTURE = 20
+OBJECTIVES = ("mlm", "ltr", "rtl")  # masked LM, left-to-right LM, right-to-left LM
 
 # -- the vocabulary: BERT's special tokens (papernotes.bert), then the brackets ------------------
 
@@ -97,26 +99,41 @@ def spell(row) -> str:
 # -- what the masking did -------------------------------------------------------------------------
 
 
-def masking_shares(tokens: torch.Tensor, inputs: torch.Tensor, labels: torch.Tensor) -> dict:
-    """What a masking did, read from its output alone: the share of eligible tokens that carry
-    the loss ("selected"), and among those the shares whose input is [MASK] ("mask"), another
-    token ("other token") or the original token ("unchanged"); with the counts they come from
-    ("eligible", "selected_count")."""
+def masking_counts(tokens: torch.Tensor, inputs: torch.Tensor, labels: torch.Tensor) -> dict:
+    """What a masking did, read from its output alone, as counts: the eligible tokens, those
+    that carry the loss ("selected"), and among those the ones whose input is [MASK] ("mask"),
+    another token ("other token") or the original token ("unchanged")."""
     checks.tensor("tokens", tokens, "(B, T)", dtype=torch.long)
     checks.tensor("inputs", inputs, "(B, T)", B=tokens.shape[0], T=tokens.shape[1])
     checks.tensor("labels", labels, "(B, T)", B=tokens.shape[0], T=tokens.shape[1])
     eligible = ~torch.isin(tokens, torch.tensor(bert.SPECIAL_IDS))
     selected = labels != bert.IGNORE
-    n_eligible, n_selected = eligible.sum().item(), selected.sum().item()
     mask = bert.MASK
     return {
-        "eligible": n_eligible,
-        "selected_count": n_selected,
-        "selected": n_selected / n_eligible,
-        "mask": (selected & (inputs == mask)).sum().item() / n_selected,
-        "other token": (selected & (inputs != mask) & (inputs != tokens)).sum().item() / n_selected,
-        "unchanged": (selected & (inputs == tokens)).sum().item() / n_selected,
+        "eligible": eligible.sum().item(),
+        "selected": selected.sum().item(),
+        "mask": (selected & (inputs == mask)).sum().item(),
+        "other token": (selected & (inputs != mask) & (inputs != tokens)).sum().item(),
+        "unchanged": (selected & (inputs == tokens)).sum().item(),
     }
+
+
+def shares_of(counts: dict) -> dict:
+    """Counts (`masking_counts`, or their sums over batches) as shares: "selected" of the
+    eligible tokens, the others of the selected ones; with the counts they come from
+    ("eligible", "selected_count")."""
+    n = counts["selected"]
+    return {
+        "eligible": counts["eligible"],
+        "selected_count": n,
+        "selected": n / counts["eligible"],
+        **{k: counts[k] / n for k in ("mask", "other token", "unchanged")},
+    }
+
+
+def masking_shares(tokens: torch.Tensor, inputs: torch.Tensor, labels: torch.Tensor) -> dict:
+    """`shares_of(masking_counts(tokens, inputs, labels))`: one masking's shares."""
+    return shares_of(masking_counts(tokens, inputs, labels))
 
 
 def expected_shares(
@@ -148,9 +165,12 @@ def masking_z(shares: dict, expected: dict) -> dict:
 
 @dataclass
 class PretrainRun(training.Run):
-    """A pre-trained encoder, the History of its validation LM loss ("val_loss"), and copies of
-    its weights after each evaluation (`snapshots[step]`)."""
+    """A pre-trained encoder, the History of its validation LM loss ("val_loss"), and for the
+    masked LM the counts (`masking_counts`) summed over every batch pre-training masked
+    (`masking`; empty for the one-way LMs), and copies of the weights after the updates asked
+    for (`snapshots[step]`)."""
 
+    masking: dict = field(default_factory=dict)
     snapshots: dict[int, dict] = field(default_factory=dict)
 
     def at(self, step: int) -> bert.Encoder:
@@ -173,71 +193,128 @@ def pretrain(
     corpus: torch.Tensor,
     val: torch.Tensor,
     *,
-    causal: bool,
+    objective: str,
     seed: int,
-    steps: int = 800,
+    steps: int = 300,
     batch_size: int = 32,
     lr: float = 3e-3,
     eval_every: int = 100,
     mask_prob: float = 0.15,
     mask_fraction: float = 0.8,
     random_fraction: float = 0.1,
+    snapshot_at: tuple = (),
     **sizes,
 ) -> PretrainRun:
-    """Pre-train an encoder on `corpus` (N, T): the masked LM (`causal=False`, BERT) or the
-    left-to-right LM (`causal=True`), with Adam, the same initial weights for both, batches and
-    masks from the run's seed. Snapshots of the weights are kept at every evaluation."""
+    """Pre-train an encoder on `corpus` (N, T) with Adam: the masked LM (`objective="mlm"`,
+    BERT, bidirectional), the left-to-right LM ("ltr", causal, the next token) or the
+    right-to-left LM ("rtl", causal on the reversed sequences, the previous token). The three
+    start from the same initial weights and see the same batches; the masked LM's masks come
+    from the run's mask stream and are counted as they are drawn. The weights after each number
+    of updates in `snapshot_at` are kept (`PretrainRun.at`)."""
     d = checks.tensor("corpus", corpus, "(N, T)", dtype=torch.long)
     checks.tensor("val", val, "(M, T)", T=d["T"], dtype=torch.long)
-    checks.boolean("causal", causal)
-    model = new_encoder(causal=causal, seed=seed, max_len=d["T"], **sizes)
+    checks.one_of("objective", objective, OBJECTIVES)
+    model = new_encoder(causal=objective != "mlm", seed=seed, max_len=d["T"], **sizes)
     batches = minibatches(d["N"], batch_size, training.generator(seed, BATCHES))
     masks = training.generator(seed, MASKS)
     fractions = {"mask_fraction": mask_fraction, "random_fraction": random_fraction}
+    counts: dict[str, int] = {}
     snapshots: dict[int, dict] = {}
 
-    def loss_of(batch: torch.Tensor, masking: torch.Generator | None) -> torch.Tensor:
-        if causal:
+    def loss_of(batch: torch.Tensor, masking: torch.Generator | None, count: bool) -> torch.Tensor:
+        if objective == "ltr":
             return bert.ltr_loss(model, batch)
-        # each batch masked afresh, from the run's mask stream
-        return bert.mlm_loss(model, batch, masking, mask_prob, **fractions)
+        if objective == "rtl":
+            return bert.rtl_loss(model, batch)
+        # each batch masked afresh, from the run's mask stream; what the masking did is counted
+        kept: list = []
+        loss = bert.mlm_loss(model, batch, masking, mask_prob, **fractions, keep=kept)
+        if count:
+            for k, v in masking_counts(batch, *kept[0]).items():
+                counts[k] = counts.get(k, 0) + v
+        return loss
 
     def evaluate() -> dict[str, float]:
-        snapshots[len(snapshots) * eval_every + eval_every] = copy.deepcopy(model.state_dict())
         # the validation loss masks the validation set the same way at every evaluation
-        return {"val_loss": loss_of(val, training.generator(seed, VALIDATION_MASKS)).item()}
+        masking = training.generator(seed, VALIDATION_MASKS)
+        return {"val_loss": loss_of(val, masking, count=False).item()}
+
+    def update(i: int) -> torch.Tensor:
+        if i in snapshot_at:  # the weights after i updates
+            snapshots[i] = copy.deepcopy(model.state_dict())
+        return loss_of(corpus[next(batches)], masks, count=True)
 
     history = training.train(
         model,
         torch.optim.Adam(model.parameters(), lr=lr),
-        lambda _: loss_of(corpus[next(batches)], masks),
+        update,
         steps,
         evaluate=evaluate,
         eval_every=eval_every,
-        desc="LTR LM" if causal else "masked LM",
+        desc=f"{objective} LM",
     )
-    snapshots = dict(zip(history.steps, snapshots.values(), strict=True))
-    return PretrainRun(model, history, snapshots)
+    if steps in snapshot_at:
+        snapshots[steps] = copy.deepcopy(model.state_dict())
+    return PretrainRun(model, history, counts, snapshots)
 
 
-# -- the probe ------------------------------------------------------------------------------------
-
-
-def probe_set(tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Every opening bracket of `tokens` (B, T) and its label: 1 when the very next token closes
-    it. Returns (rows, columns, labels), each (N,). The label needs the right-hand context."""
+def loss_placement(model: bert.Encoder, tokens: torch.Tensor, seed: int) -> tuple[float, float]:
+    """The masked-LM loss of `tokens` as `bert.mlm_loss` computes it, and by hand: the mean
+    cross-entropy of the original tokens at the positions `bert.choose_masking` selects with
+    the same random draws (the first draws of `mask_tokens`). Equal when the loss sits on the
+    selected positions and nowhere else."""
     checks.tensor("tokens", tokens, "(B, T)", dtype=torch.long)
-    opening = torch.isin(tokens[:, :-1], torch.tensor(OPEN))
-    rows, cols = opening.nonzero(as_tuple=True)
-    labels = torch.isin(tokens[rows, cols + 1], torch.tensor(CLOSE)).long()
+    kept: list = []
+    with training.evaluating(model), torch.no_grad():
+        loss = bert.mlm_loss(model, tokens, training.generator(seed, LOSS_CHECK), keep=kept)
+        selected = bert.choose_masking(
+            tokens, 0.15, training.generator(seed, LOSS_CHECK), bert.SPECIAL_IDS
+        ).selected
+        log_p = model(kept[0][0]).log_softmax(-1)
+        by_hand = -log_p.gather(-1, tokens[..., None])[..., 0][selected].mean()
+    return loss.item(), by_hand.item()
+
+
+# -- the probe: which bracket was hidden? ---------------------------------------------------------
+
+BRACKETS = OPEN + CLOSE  # the probe's six classes, in this order
+
+
+def cloze_set(
+    tokens: torch.Tensor, generator: torch.Generator | None = None
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """One bracket of each sequence of `tokens` (B, T), drawn uniformly, to be hidden: returns
+    (rows, columns, labels), each (B,), the label the bracket's index in `BRACKETS` (0-5)."""
+    b = checks.tensor("tokens", tokens, "(B, T)", dtype=torch.long)["B"]
+    length = torch.isin(tokens, torch.tensor(BRACKETS)).sum(1)
+    cols = 1 + (torch.rand(b, generator=generator) * length).long()  # after [CLS]
+    rows = torch.arange(b)
+    labels = (tokens[rows, cols, None] == torch.tensor(BRACKETS)).long().argmax(-1)
     return rows, cols, labels
 
 
-def probe_features(model: bert.Encoder, tokens: torch.Tensor, rows, cols) -> torch.Tensor:
-    """The frozen encoder's last-layer features at (rows, cols), (N, D)."""
+def cloze_features(encoders: dict, tokens: torch.Tensor, rows, cols) -> torch.Tensor:
+    """Frozen features for the hidden bracket at (rows, cols) of `tokens`, (N, D).
+
+    `encoders` holds what reads it: {"mlm": m} the bidirectional encoder's features at the
+    position, its input there [MASK]; {"ltr": m} the left-to-right LM's features one position
+    before (it has read everything left of the gap); {"rtl": m} the right-to-left LM's one
+    position after; {"ltr": a, "rtl": b} both side by side (ELMo's concatenation)."""
     checks.tensor("tokens", tokens, "(B, T)", dtype=torch.long)
-    with training.evaluating(model):
-        return model.features(tokens)[rows, cols]
+    parts = []
+    with torch.no_grad():
+        if "mlm" in encoders:
+            hidden = tokens.clone()
+            hidden[rows, cols] = bert.MASK
+            with training.evaluating(encoders["mlm"]):
+                parts.append(encoders["mlm"].features(hidden)[rows, cols])
+        if "ltr" in encoders:
+            with training.evaluating(encoders["ltr"]):
+                parts.append(encoders["ltr"].features(tokens)[rows, cols - 1])
+        if "rtl" in encoders:
+            with training.evaluating(encoders["rtl"]):
+                parts.append(bert.rtl_features(encoders["rtl"], tokens)[rows, cols + 1])
+    return torch.cat(parts, -1)
 
 
 @dataclass
@@ -246,6 +323,11 @@ class ProbeRun(training.Run):
     and the standardisation fitted on its training features."""
 
     standardize: data.Standardizer
+
+    def correct(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """Whether each item's prediction is right, (N,) bool."""
+        with training.evaluating(self.model), torch.no_grad():
+            return self.model(self.standardize(x)).argmax(-1) == y
 
     def accuracy(self, x: torch.Tensor, y: torch.Tensor) -> float:
         return training.accuracy_of(self.model, self.standardize(x), y)
@@ -258,21 +340,24 @@ def train_probe(
     val_y: torch.Tensor,
     *,
     seed: int,
-    steps: int = 300,
-    lr: float = 0.01,
+    classes: int = 2,
+    steps: int = 100,
+    lr: float = 0.03,
     weight_decay: float = 0.0,
 ) -> ProbeRun:
-    """Logistic regression on frozen features: one linear layer, full-batch Adam on
-    cross-entropy, the features standardised with the training set's mean and deviation."""
+    """Logistic regression on frozen features: one linear layer to `classes` outputs,
+    full-batch Adam on cross-entropy (weight decay as an L2 penalty), the features standardised
+    with the training set's mean and deviation."""
     d = checks.tensor("train_x", train_x, "(N, D)", dtype="floating")
     checks.tensor("train_y", train_y, "(N,)", N=d["N"])
     checks.tensor("val_x", val_x, "(M, D)", D=d["D"], dtype="floating")
     checks.tensor("val_y", val_y, "(M,)", M=val_x.shape[0])
+    checks.integer("classes", classes, 2)
     checks.number("weight_decay", weight_decay, 0.0)
     standardize = data.Standardizer.fit(train_x, eps=1e-6)
     x = standardize(train_x)
     with training.seeded(seed):
-        probe = nn.Linear(d["D"], 2)
+        probe = nn.Linear(d["D"], classes)
     optimizer = torch.optim.Adam(probe.parameters(), lr=lr, weight_decay=weight_decay)
     run = ProbeRun(probe, training.History(), standardize)
     run.history = training.train_classifier(
@@ -289,49 +374,83 @@ def train_probe(
     return run
 
 
-def probe_accuracy(
-    model: bert.Encoder, tokens: dict, items: dict, *, seed: int
-) -> tuple[float, float]:
-    """Probe a frozen encoder: its features at the items (`probe_set`) of tokens["train"],
-    tokens["validation"] and tokens["test"], a probe trained on the first and validated on the
-    second (`train_probe`); returns (validation accuracy, test accuracy)."""
-    features = {
-        name: probe_features(model, tokens[name], rows, cols)
-        for name, (rows, cols, _) in items.items()
+@dataclass
+class Tuned:
+    """A probe tuned on validation: the validation accuracy at each weight decay of the grid,
+    the one chosen, and on the test items whether each was answered right (`correct`)."""
+
+    val_accuracy: dict[float, float]
+    chosen: float
+    correct: torch.Tensor
+
+    @property
+    def test_accuracy(self) -> float:
+        return self.correct.float().mean().item()
+
+
+def tune_probe(
+    features: dict, labels: dict, weight_decays, *, seed: int, classes: int = len(BRACKETS)
+) -> Tuned:
+    """A probe per weight decay of the grid on features["train"], each scored on
+    features["validation"]; the best on validation (the first of a tie) answers
+    features["test"]."""
+    runs = {
+        wd: train_probe(
+            features["train"],
+            labels["train"],
+            features["validation"],
+            labels["validation"],
+            seed=seed,
+            classes=classes,
+            weight_decay=wd,
+        )
+        for wd in weight_decays
     }
-    labels = {name: item[2] for name, item in items.items()}
-    run = train_probe(
-        features["train"], labels["train"], features["validation"], labels["validation"], seed=seed
-    )
-    return run.history.final("val_accuracy"), run.accuracy(features["test"], labels["test"])
+    val = {wd: run.history.final("val_accuracy") for wd, run in runs.items()}
+    chosen = max(val, key=val.get)
+    return Tuned(val, chosen, runs[chosen].correct(features["test"], labels["test"]))
 
 
 def majority_accuracy(train_y: torch.Tensor, test_y: torch.Tensor) -> float:
-    """Accuracy on `test_y` of always answering the training labels' majority class."""
-    majority = int(train_y.float().mean() >= 0.5)
+    """Accuracy on `test_y` of always answering the training labels' most common class."""
+    majority = torch.bincount(train_y).argmax()
     return (test_y == majority).float().mean().item()
 
 
-def difference_noise(a: float, b: float, n: int, standard_errors: int = 3) -> float:
-    """`standard_errors` standard errors of the difference of two accuracies `a` and `b`, each
-    over `n` items: k sqrt((a (1 - a) + b (1 - b)) / n)."""
-    return standard_errors * math.sqrt((a * (1 - a) + b * (1 - b)) / n)
+def paired_noise(correct_a: torch.Tensor, correct_b: torch.Tensor, standard_errors: int = 3):
+    """`standard_errors` standard errors of the difference of two accuracies measured on the
+    same N items (`correct_a`, `correct_b`, (N,) bool): k sqrt(var(a_i - b_i) / N)."""
+    checks.tensor("correct_a", correct_a, "(N,)")
+    checks.tensor("correct_b", correct_b, "(N,)", N=correct_a.shape[0])
+    diff = correct_a.float() - correct_b.float()
+    return standard_errors * math.sqrt(diff.var(correction=0).item() / len(diff))
 
 
 # -- what each position sees ----------------------------------------------------------------------
 
 
-def influence(model: bert.Encoder, tokens: torch.Tensor, generator: torch.Generator | None = None):
+def influence(
+    model: bert.Encoder,
+    tokens: torch.Tensor,
+    generator: torch.Generator | None = None,
+    *,
+    backwards: bool = False,
+):
     """How much the features at position i move when the bracket at position j is replaced by
     another bracket: (T, T), entry (i, j) the mean over sequences of the change's norm, divided
     by the mean norm of the features. `tokens` (B, T) should have no padding (see
     `dyck_sequences(min_pairs=...)`); [CLS] and [SEP] are never replaced. A causal encoder has
-    zeros above the diagonal (j > i); a bidirectional one need not."""
+    zeros above the diagonal (j > i); a bidirectional one need not. `backwards=True` reads a
+    right-to-left encoder (`bert.rtl_features`): zeros below the diagonal."""
     b, t = checks.tensor("tokens", tokens, "(B, T)", dtype=torch.long).values()
     brackets = torch.tensor(OPEN + CLOSE)
     out = torch.zeros(t, t)
-    with training.evaluating(model):
-        base = model.features(tokens)
+
+    def features(x):
+        return bert.rtl_features(model, x) if backwards else model.features(x)
+
+    with training.evaluating(model), torch.no_grad():
+        base = features(tokens)
         scale = base.norm(dim=-1).mean()
         for j in range(t):
             if not torch.isin(tokens[:, j], brackets).all():
@@ -341,7 +460,7 @@ def influence(model: bert.Encoder, tokens: torch.Tensor, generator: torch.Genera
             index = (tokens[:, j, None] == brackets).long().argmax(-1)
             changed = tokens.clone()
             changed[:, j] = brackets[(index + shift) % len(brackets)]
-            out[:, j] = (model.features(changed) - base).norm(dim=-1).mean(0) / scale
+            out[:, j] = (features(changed) - base).norm(dim=-1).mean(0) / scale
     return out
 
 

@@ -4,9 +4,12 @@ Each function patches the mechanism's module in place; the chapter, run with the
 on its claim check. The encoder reads `attention_mask`, and the losses read `mask_tokens` and
 `choose_masking`, from the module's globals when called, and the experiment
 (papernotes.bert.experiment) calls the losses through the module, so pre-training sees the patch.
+The right-to-left LM is the causal encoder reading backwards, so a broken causal mask reaches it
+too.
 """
 
 import torch
+import torch.nn.functional as F
 
 from papernotes import bert as m
 
@@ -27,6 +30,50 @@ def no_mask_in_the_left_to_right_encoder():
         return None
 
     m.attention_mask = attention_mask
+
+
+def causal_mask_leaks_the_next_token():
+    """The causal mask starts one diagonal too far right: position i sees x_(i+1) as well."""
+
+    def attention_mask(length, causal):
+        if not causal:
+            return None
+        return torch.ones(length, length, dtype=torch.bool).triu(2)
+
+    m.attention_mask = attention_mask
+
+
+def loss_averaged_over_every_position():
+    """The masked-LM loss sums over the selected positions but divides by every position."""
+
+    def mlm_loss(
+        model,
+        tokens,
+        generator,
+        mask_prob=0.15,
+        mask_fraction=0.8,
+        random_fraction=0.1,
+        *,
+        keep=None,
+    ):
+        inputs, labels = m.mask_tokens(
+            tokens,
+            m.MASK,
+            model.vocab_size,
+            mask_prob,
+            generator,
+            m.SPECIAL_IDS,
+            mask_fraction=mask_fraction,
+            random_fraction=random_fraction,
+        )
+        if keep is not None:
+            keep.append((inputs, labels))
+        losses = F.cross_entropy(
+            model(inputs).flatten(0, 1), labels.flatten(), ignore_index=m.IGNORE, reduction="none"
+        )
+        return losses.mean()  # the unselected positions count as zeros
+
+    m.mlm_loss = mlm_loss
 
 
 def loss_on_every_position():
@@ -75,7 +122,9 @@ def mask_never_applied():
 MUTANTS = [
     causal_mask_in_the_bidirectional_encoder,
     no_mask_in_the_left_to_right_encoder,
+    causal_mask_leaks_the_next_token,
     loss_on_every_position,
+    loss_averaged_over_every_position,
     random_tokens_only,
     mask_never_applied,
 ]
