@@ -17,7 +17,7 @@ def copy(tmp_path):
     shutil.copytree(book.ROOT / "papernotes", tmp_path / "papernotes")
     (tmp_path / "chapters").mkdir()
     (tmp_path / "tests" / "mutants").mkdir(parents=True)
-    for part in (f"chapters/{SLUG}.ipynb", f"tests/mutants/{SLUG}.py", "chapters/selu.ipynb"):
+    for part in (f"chapters/{SLUG}.ipynb", f"tests/mutants/{SLUG}.py", "chapters/jsma.ipynb"):
         shutil.copy(book.ROOT / part, tmp_path / part)
     return tmp_path
 
@@ -47,8 +47,8 @@ def test_the_dependencies_follow_imports_through_modules(copy):
     assert {"papernotes.recurrent_batch_norm", "papernotes.recurrent_batch_norm.experiment"} <= (
         names
     )
-    selu = modules(copy, "selu")
-    assert "papernotes.batch_norm" not in selu and "papernotes.selu" in selu
+    jsma = modules(copy, "jsma")
+    assert "papernotes.batch_norm" not in jsma and "papernotes.jsma" in jsma
 
 
 def test_a_docstring_or_comment_edit_leaves_the_results_fresh(copy):
@@ -62,10 +62,10 @@ def test_a_docstring_or_comment_edit_leaves_the_results_fresh(copy):
 
 
 def test_a_code_edit_in_an_imported_module_makes_the_chapter_stale(copy):
-    before, selu_before = hash_of(copy), hash_of(copy, "selu")
+    before, jsma_before = hash_of(copy), hash_of(copy, "jsma")
     edit(module_file(copy, "batch_norm"), "import torch\n", "import torch\n\nEPS_ = 1\n")
     assert hash_of(copy) != before
-    assert hash_of(copy, "selu") == selu_before  # selu does not import batch_norm
+    assert hash_of(copy, "jsma") == jsma_before  # jsma does not import batch_norm
 
 
 @pytest.mark.parametrize("where", ["training", "experiment", "mutants", "chapter"])
