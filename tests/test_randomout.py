@@ -87,7 +87,9 @@ def test_randomout_changes_only_the_filters_under_the_threshold():
     for k in (1, 3):
         assert not torch.equal(conv.weight[k], before_w[k])
         assert conv.weight[k].abs().max() <= bound
-        assert conv.bias[k].item() == 0.0
+    # The reset filters keep their biases, as in the authors' code (a reset to 0 would hand a
+    # filter born with a negative bias a kinder ticket than the one it lost).
+    assert torch.equal(conv.bias, before_b)
 
 
 def test_reinitialised_weights_follow_the_layers_default_distribution():
@@ -109,6 +111,33 @@ def test_randomout_draws_follow_its_generator():
         return conv.weight.detach()
 
     assert torch.equal(fresh(), fresh())
+
+
+def reset_with_generators(index, seeds=(7, 8)):
+    conv = nn.Conv2d(1, 4, kernel_size=3)
+    with_gradient(conv, torch.ones_like(conv.weight))
+    before = conv.weight.detach().clone()
+    grad = conv.weight.grad.clone()
+    grad[index] = 0.0
+    with_gradient(conv, grad)
+    ro.randomout_(conv, 1e-8, generator=[gen(s) for s in seeds])
+    return conv.weight.detach(), before
+
+
+def test_each_block_of_filters_draws_from_its_own_generator():
+    # Filters 0-1 are one network's, 2-3 another's: each network's fresh filters come from its
+    # own generator, whatever the other network resets.
+    both, _ = reset_with_generators([1, 3])
+    bound = 1 / 3
+    assert torch.equal(both[1], torch.empty(1, 3, 3).uniform_(-bound, bound, generator=gen(7)))
+    assert torch.equal(both[3], torch.empty(1, 3, 3).uniform_(-bound, bound, generator=gen(8)))
+    alone, before = reset_with_generators([3])
+    assert torch.equal(alone[3], both[3])  # a shared generator would have drawn filter 1 first
+    assert torch.equal(alone[[0, 1, 2]], before[[0, 1, 2]])
+    with pytest.raises(ValueError, match="3 generators cannot split 4 filters"):
+        reset_with_generators([1], seeds=(1, 2, 3))
+    with pytest.raises(TypeError, match="generator must be a torch.Generator"):
+        ro.RandomOut(nn.Conv2d(1, 4, 3), 1e-8, generator=[gen(), "not a generator"])
 
 
 def clear_state_after_one_step(optimizer_class, **kwargs):
@@ -166,7 +195,9 @@ def test_the_hook_resets_a_dead_filter_before_the_step_inside_the_books_loop():
         with pn.seeded(0):
             net = experiment.FilterNet(2, bias_shift=0.0)
         with torch.no_grad():
-            net.conv.bias[0] = -100.0  # filter 0 never fires: dead
+            # filter 0 never fires on the non-negative pixels: dead by its weights
+            net.conv.weight[0] = -1.0
+            net.conv.bias[0] = -0.05
         assert experiment.dead_filters(net, x).tolist() == [True, False]
         optimizer = torch.optim.SGD(net.parameters(), lr=0.1, momentum=0.9)
         log = ro.RandomOut(net.conv, 1e-8, enabled=enabled, generator=gen())
@@ -176,6 +207,7 @@ def test_the_hook_resets_a_dead_filter_before_the_step_inside_the_books_loop():
         assert log.cgn[0, 0] == 0.0 and log.cgn[0, 1] > 0  # logged after backward
         dead_after[enabled] = experiment.dead_filters(net, x).tolist()
         assert log.resets == ([(0, 0)] if enabled else [])
+        assert net.conv.bias[0].item() == pytest.approx(-0.05, abs=0.05)  # kept, then learned
     assert dead_after == {False: [True, False], True: [False, False]}
 
 
@@ -262,6 +294,40 @@ def test_with_a_zero_threshold_randomout_changes_nothing():
     assert base.history["val_accuracy"] == same.history["val_accuracy"]
     other = small_run(seeds=[5, 6], randomout=False)
     assert other.history["val_accuracy"] != base.history["val_accuracy"]
+
+
+def test_each_members_resets_are_what_they_would_be_alone():
+    # Seeds 2 and 3 both reset filters in their first epoch: member 1 of the pair must train as
+    # seed 3 alone does, resets included (a generator shared by the members would hand it
+    # other fresh filters).
+    pair = small_run(seeds=[2, 3], randomout=True)
+    alone = small_run(seeds=[3], randomout=True)
+    assert min(pair.resets_per_member()) > 0
+    assert [(u, r - 2) for u, r in pair.log.resets if r >= 2] == alone.log.resets
+    assert torch.allclose(pair.model.conv.weight[2:], alone.model.conv.weight, atol=1e-5)
+    assert torch.allclose(pair.model.conv.bias[2:], alone.model.conv.bias, atol=1e-5)
+
+
+def test_random_filter_resets_follow_randomouts_schedule_with_random_filters():
+    run = small_run(seeds=[2, 3], randomout=True)
+    schedule = experiment.reset_schedule(run)
+    assert sum(len(v) for v in schedule.values()) == len(run.log.resets)
+    assert {m for members in schedule.values() for m in members} == {0, 1}
+    ablation = small_run(seeds=[2, 3], randomout=False, random_resets=schedule)
+    # the same number of resets at the same updates and of the same networks ...
+    assert experiment.reset_schedule(ablation) == schedule
+    assert ablation.resets_per_member() == run.resets_per_member()
+    # ... but of filters chosen at random: some were not under the threshold
+    cgn = ablation.log.cgn
+    assert any(cgn[u, row] > 1e-8 for u, row in ablation.log.resets)
+    with pytest.raises(ValueError, match="pass randomout=False"):
+        small_run(seeds=[2, 3], randomout=True, random_resets=schedule)
+
+
+def test_trained_in_both_keeps_the_seeds_that_train_either_way():
+    assert experiment.trained_in_both([0.9, 0.1, 0.6, 0.5], [0.95, 0.9, 0.2, 0.5]) == [0, 3]
+    with pytest.raises(ValueError):
+        experiment.trained_in_both([0.9], [0.9, 0.8])
 
 
 def test_train_lottery_rejects_bad_arguments():

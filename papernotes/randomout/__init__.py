@@ -7,11 +7,13 @@ in the paper's order, each equation above the line that computes it:
 
 1. the convolutional gradient norm (`conv_gradient_norm`): per output filter, the L1 norm of the
    loss's gradient; a dead filter's is exactly 0;
-2. RandomOut (`randomout_`): after the backward pass and before the update, every filter whose
-   CGN is below a threshold tau is re-initialised from the layer's initial distribution, its
-   bias set to 0 and its optimizer state cleared. The authors' demo checks every batch with
-   tau = 1e-30, which resets only filters whose gradient is exactly zero; tau is in units of the
-   loss's gradient, so it depends on the loss's reduction (we take the mean) and the batch size;
+2. RandomOut (`randomout_`): every filter whose CGN is below a threshold tau gets its weights
+   drawn again from the layer's initial distribution and keeps its bias, as in the authors'
+   code. Two choices are the book's: the check runs after the backward pass and before the
+   update (the authors' code checks after the update), and the filter's optimizer state is
+   cleared. The authors' demo uses tau = 1e-30, which resets only filters whose gradient is
+   exactly zero; tau is in units of the loss's gradient, so it depends on the loss's reduction
+   (we take the mean) and the batch size;
 3. `RandomOut`, the same as a hook just before each optimizer step, so that the book's training
    loop runs unchanged, with a log of what it saw.
 
@@ -25,6 +27,7 @@ in the paper's order, each equation above the line that computes it:
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import torch
 from torch import nn
@@ -71,18 +74,41 @@ def filters_to_reset(cgn: torch.Tensor, threshold: float) -> torch.Tensor:
 
 
 def reinitialise_filters_(
-    conv: nn.Conv2d, index: torch.Tensor, generator: torch.Generator | None = None
+    conv: nn.Conv2d,
+    index: torch.Tensor,
+    generator: torch.Generator | Sequence[torch.Generator] | None = None,
 ) -> None:
     r"""Draw the weights of filters `index` again from $U(-1/\sqrt{n}, 1/\sqrt{n})$, the layer's
-    default initial distribution ($n$ = in x kh x kw), and set their biases to 0."""
+    default initial distribution ($n$ = in x kh x kw), and keep their biases, as the authors'
+    code does.
+
+    `generator` is one generator for every filter, or a sequence of G generators, one per
+    block of out / G consecutive filters (one per network when several networks' filters are
+    the rows of one layer): each filter then draws from its own block's generator, in the
+    order of `index`, so that a block's draws do not depend on the other blocks'."""
     # PyTorch's default for a convolution, Kaiming-uniform: U(-1/sqrt(n), 1/sqrt(n))
     bound = 1.0 / math.sqrt(conv.weight[0].numel())
-    fresh = torch.empty((len(index), *conv.weight.shape[1:]), dtype=conv.weight.dtype)
-    fresh.uniform_(-bound, bound, generator=generator)
+    shape = conv.weight.shape[1:]
+    if generator is None or isinstance(generator, torch.Generator):
+        fresh = torch.empty((len(index), *shape), dtype=conv.weight.dtype)
+        fresh.uniform_(-bound, bound, generator=generator)
+    else:
+        block = conv.out_channels // len(generator)
+        fresh = (
+            torch.stack(
+                [
+                    torch.empty(shape, dtype=conv.weight.dtype).uniform_(
+                        -bound, bound, generator=generator[k // block]
+                    )
+                    for k in index.tolist()
+                ]
+            )
+            if len(index)
+            else torch.empty((0, *shape), dtype=conv.weight.dtype)
+        )
     with torch.no_grad():
+        # w^k ~ the layer's initial distribution; the bias b^k stays
         conv.weight[index] = fresh
-        if conv.bias is not None:
-            conv.bias[index] = 0.0
 
 
 def clear_filter_state_(
@@ -101,15 +127,17 @@ def clear_filter_state_(
 def randomout_(
     conv: nn.Conv2d,
     threshold: float,
-    generator: torch.Generator | None = None,
+    generator: torch.Generator | Sequence[torch.Generator] | None = None,
     optimizer: torch.optim.Optimizer | None = None,
 ) -> torch.Tensor:
     r"""RandomOut on one layer: re-initialise every filter with $\mathrm{CGN}(k) < \tau$ =
-    `threshold` (weights redrawn, bias 0, and its optimizer state cleared when `optimizer` is
-    given). Call it between `loss.backward()` and `optimizer.step()`. Returns the indices of the
-    filters it reset (a LongTensor, empty when none)."""
+    `threshold` (weights redrawn, bias kept, and its optimizer state cleared when `optimizer`
+    is given; `generator` as in `reinitialise_filters_`). Call it between `loss.backward()` and
+    `optimizer.step()`. Returns the indices of the filters it reset (a LongTensor, empty when
+    none)."""
     _check_conv(conv)
     threshold = checks.number("threshold", threshold, 0.0)
+    _check_generators(conv, generator)
     if optimizer is not None and not isinstance(optimizer, torch.optim.Optimizer):
         raise TypeError(
             f"optimizer must be a torch.optim.Optimizer; got {type(optimizer).__name__}"
@@ -117,10 +145,24 @@ def randomout_(
     return _randomout_(conv, threshold, generator, optimizer)
 
 
+def _check_generators(conv: nn.Conv2d, generator) -> None:
+    if generator is None or isinstance(generator, torch.Generator):
+        return
+    if not isinstance(generator, Sequence) or not generator:
+        raise TypeError("generator must be a torch.Generator or a non-empty sequence of them")
+    if not all(isinstance(g, torch.Generator) for g in generator):
+        raise TypeError("generator must be a torch.Generator or a non-empty sequence of them")
+    if conv.out_channels % len(generator):
+        raise ValueError(
+            f"{len(generator)} generators cannot split {conv.out_channels} filters into "
+            "equal blocks"
+        )
+
+
 def _randomout_(
     conv: nn.Conv2d,
     threshold: float,
-    generator: torch.Generator | None,
+    generator,
     optimizer: torch.optim.Optimizer | None,
 ) -> torch.Tensor:
     """`randomout_` on arguments already checked."""
@@ -148,9 +190,10 @@ class RandomOut:
         threshold: float,
         *,
         enabled: bool = True,
-        generator: torch.Generator | None = None,
+        generator: torch.Generator | Sequence[torch.Generator] | None = None,
     ):
         self.conv = _check_conv(conv)
+        _check_generators(conv, generator)
         self.threshold = checks.number("threshold", threshold, 0.0)
         self.enabled = checks.boolean("enabled", enabled)
         self.generator = generator

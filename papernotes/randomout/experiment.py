@@ -23,9 +23,9 @@ from papernotes import checks, training
 from papernotes import randomout as ro
 from papernotes.data import IMAGE_SHAPE, minibatches
 
-# Random streams: each member's minibatches (of its own seed), RandomOut's fresh filters (of the
-# first seed).
-BATCHES, FRESH_FILTERS = 1, 2
+# Random streams, each of a member's own seed: its minibatches, its fresh filters, and (for the
+# ablation that resets random filters) which of its filters is reset.
+BATCHES, FRESH_FILTERS, RANDOM_CHOICE = 1, 2, 3
 
 
 class FilterNet(nn.Module):
@@ -167,6 +167,45 @@ class LotteryRun(training.Run):
         return counts
 
 
+class RandomFilterResets(ro.RandomOut):
+    """The ablation of RandomOut's criterion: the same resets (new weights, bias kept, the
+    optimizer's slots cleared) at the same updates and as many per network as a RandomOut run
+    made, but each of a uniformly random filter of that network, whatever its CGN.
+
+    `schedule` maps an update to the networks (members, one entry per reset) that RandomOut
+    reset a filter of at that update; `choosers` holds one generator per member for the choice.
+    It logs the CGN and the resets like `RandomOut`."""
+
+    def __init__(self, conv, schedule, n_filters, *, generator, choosers):
+        super().__init__(conv, 0.0, enabled=True, generator=generator)
+        self.schedule = {int(u): list(members) for u, members in schedule.items()}
+        self.n_filters = checks.integer("n_filters", n_filters)
+        self.choosers = list(choosers)
+
+    def _before_step(self, optimizer: torch.optim.Optimizer) -> None:
+        update = len(self._cgn)
+        self._cgn.append(ro.conv_gradient_norm(self.conv).clone())
+        rows = [
+            s * self.n_filters
+            + int(torch.randint(self.n_filters, (1,), generator=self.choosers[s]))
+            for s in self.schedule.get(update, [])
+        ]
+        if rows:
+            index = torch.tensor(rows)
+            ro.reinitialise_filters_(self.conv, index, self.generator)
+            ro.clear_filter_state_(optimizer, self.conv, index)
+            self.resets += [(update, row) for row in rows]
+
+
+def reset_schedule(run: LotteryRun) -> dict[int, list[int]]:
+    """The updates at which a run reset filters, and whose: {update: [member, ...]}, one entry
+    per reset, for `RandomFilterResets`."""
+    schedule: dict[int, list[int]] = {}
+    for update, row in run.log.resets:
+        schedule.setdefault(update, []).append(row // run.model.n_filters)
+    return schedule
+
+
 def train_lottery(
     train_x: torch.Tensor,
     train_y: torch.Tensor,
@@ -178,6 +217,7 @@ def train_lottery(
     n_filters: int = 2,
     bias_shift: float = 1.0,
     threshold: float = 1e-8,
+    random_resets: dict[int, list[int]] | None = None,
     epochs: int = 30,
     batch_size: int = 128,
     lr: float = 0.1,
@@ -186,10 +226,14 @@ def train_lottery(
     """Train one `FilterNet` per seed of `seeds` (as a `Lottery`) with SGD and momentum on the
     mean cross-entropy, with or without RandomOut (checked before every update).
 
-    Member s's initial weights follow `seeds[s]`, and so do its minibatches (stream BATCHES);
-    RandomOut's fresh filters come from stream FRESH_FILTERS of `seeds[0]`. Two calls with the
-    same seeds, one with and one without RandomOut, start from the same weights, see the same
-    batches and differ only by the resets.
+    Member s's initial weights follow `seeds[s]`, and so do its minibatches (stream BATCHES)
+    and its fresh filters (stream FRESH_FILTERS), so each member's resets are what they would
+    be if it trained alone. Two calls with the same seeds, one with and one without RandomOut,
+    start from the same weights, see the same batches and differ only by the resets.
+
+    `random_resets` (with `randomout=False`): the ablation, `RandomFilterResets` on that
+    schedule (`reset_schedule` of a RandomOut run), the random choices from stream
+    RANDOM_CHOICE of each member's seed.
     """
     d = checks.tensor("train_x", train_x, "(N, 64)", dtype="floating")
     checks.tensor("train_y", train_y, "(N,)", N=d["N"])
@@ -208,8 +252,16 @@ def train_lottery(
         with training.seeded(seed):
             nets.append(FilterNet(n_filters, bias_shift=bias_shift, n_classes=n_classes))
     model = Lottery(nets)
-    fresh = training.generator(seeds[0], FRESH_FILTERS)
-    log = ro.RandomOut(model.conv, threshold, enabled=randomout, generator=fresh)
+    fresh = [training.generator(seed, FRESH_FILTERS) for seed in seeds]
+    if random_resets is not None:
+        if randomout:
+            raise ValueError("random_resets is the ablation of RandomOut: pass randomout=False")
+        choosers = [training.generator(seed, RANDOM_CHOICE) for seed in seeds]
+        log = RandomFilterResets(
+            model.conv, random_resets, n_filters, generator=fresh, choosers=choosers
+        )
+    else:
+        log = ro.RandomOut(model.conv, threshold, enabled=randomout, generator=fresh)
     optimizer = torch.optim.SGD(model.parameters(), lr=lr, momentum=momentum)
     handle = log.attach(optimizer)
     streams = [minibatches(d["N"], batch_size, training.generator(seed, BATCHES)) for seed in seeds]
@@ -234,7 +286,7 @@ def train_lottery(
         epochs * per_epoch,
         evaluate=evaluate,
         eval_every=per_epoch,
-        desc="RandomOut" if randomout else "baseline",
+        desc="RandomOut" if randomout else ("random resets" if random_resets else "baseline"),
     )
     handle.remove()
     return LotteryRun(model, history, log, seeds, randomout)
@@ -253,6 +305,13 @@ def seed_summary(accuracies: list[float]) -> dict[str, float]:
         "std": statistics.pstdev(accuracies),
         "min": min(accuracies),
     }
+
+
+def trained_in_both(first: list[float], second: list[float], level: float = 0.5) -> list[int]:
+    """The seeds (positions) at which both arms' accuracies reach `level`: the runs that won
+    their lottery either way, on which the paper's median and spread describe training, not
+    rescue."""
+    return [i for i, (a, b) in enumerate(zip(first, second, strict=True)) if min(a, b) >= level]
 
 
 def death_update(cgn_of_member: torch.Tensor) -> int | None:

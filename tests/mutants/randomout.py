@@ -6,10 +6,13 @@ claim check. `randomout_` reads `conv_gradient_norm`, `filters_to_reset` and
 chapter's training runs attach (`papernotes.randomout.experiment` builds it through the module),
 so every run sees the patch.
 
-A reset that keeps the filter's stale momentum is not among them: in the chapter's runs almost
-every reset happens at the first update, before the optimizer has any state, and the few later
-ones end the same way, so no claim can tell it apart. tests/test_randomout.py catches it
-(`test_reset_clears_the_momentum_of_the_reset_filters_only`).
+A reset that keeps the filter's stale momentum is not among them: the chapter's claims are not
+built to tell it apart (a filter whose CGN is 0 has had little or no gradient for a while, so
+its momentum is small or already cleared by an earlier reset); tests/test_randomout.py catches
+it (`test_reset_clears_the_momentum_of_the_reset_filters_only`). Nor is a reset that sets the
+bias to 0 or a generator shared by the networks: the unit tests catch those
+(`test_randomout_changes_only_the_filters_under_the_threshold`,
+`test_each_members_resets_are_what_they_would_be_alone`).
 """
 
 import torch
@@ -46,8 +49,19 @@ def cgn_read_after_zero_grad():
     m.conv_gradient_norm = conv_gradient_norm
 
 
+def resets_pick_the_highest_cgn():
+    """As many filters are reset as fall under the threshold, but the ones with the highest CGN
+    (the sort read the wrong way round): the criterion picks the filters that learn most."""
+
+    def filters_to_reset(cgn, threshold):
+        return torch.argsort(cgn, descending=True)[: int((cgn < threshold).sum())]
+
+    m.filters_to_reset = filters_to_reset
+
+
 MUTANTS = [
     cgn_summed_per_input_channel,
     threshold_compared_the_wrong_way,
     cgn_read_after_zero_grad,
+    resets_pick_the_highest_cgn,
 ]
