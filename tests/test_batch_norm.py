@@ -523,3 +523,67 @@ def test_predictions_in_batches_match_one_pass_in_eval_mode_and_not_in_train_mod
         alone = torch.cat([copy_in_train_mode(x[i : i + 2]) for i in range(0, 40, 2)])
         together = copy_in_train_mode(x)
     assert not torch.allclose(alone, together)
+
+
+def test_thinned_reads_a_finer_schedule_as_the_coarser_run(digits):
+    def run(every):
+        return experiment.train_mnist_net(
+            digits, 1.0, batch_norm=True, seed=0, steps=60, eval_every=every
+        )
+
+    fine, coarse = run(10), run(30)
+    thinned = experiment.thinned(fine, 30)
+    assert thinned.history.steps == coarse.history.steps == [30, 60]
+    assert thinned.history.metrics == coarse.history.metrics
+    assert torch.equal(thinned.bands, coarse.bands)
+    assert thinned.model is fine.model and fine.history.steps == [10, 20, 30, 40, 50, 60]
+    # The last evaluation is kept even where it is no multiple of `every`.
+    assert experiment.thinned(fine, 25).history.steps == [50, 60]
+
+
+def test_affine_lr_steps_gamma_beta_and_the_readout_at_their_own_rate(digits):
+    def run(**options):
+        return experiment.train_mnist_net(
+            digits, 3.0, batch_norm=True, seed=0, steps=5, eval_every=5, **options
+        ).model
+
+    with pn.seeded(0):
+        start = experiment.MNISTNet(batch_norm=True)
+    default, same, frozen = run(), run(affine_lr=3.0), run(affine_lr=1e-12)
+    for a, b in zip(default.parameters(), same.parameters(), strict=True):
+        assert torch.equal(a, b)  # one group or two at the same rate: the same updates
+    for net in (default, frozen):  # the weights in front of the BN layers step at lr
+        assert not torch.allclose(net.linears[1].weight, start.linears[1].weight, atol=1e-3)
+    for name in ("gamma", "beta"):
+        assert torch.allclose(getattr(frozen.norms[2], name), getattr(start.norms[2], name))
+        assert not torch.allclose(getattr(default.norms[2], name), getattr(start.norms[2], name))
+    assert torch.allclose(frozen.readout.weight, start.readout.weight)
+    assert not torch.allclose(default.readout.weight, start.readout.weight)
+    groups = experiment.parameter_groups(start, 3.0, 0.1)
+    assert [g["lr"] for g in groups] == [3.0, 0.1]
+    assert sum(len(g["params"]) for g in groups) == len(list(start.parameters()))
+    with pytest.raises(ValueError, match="affine_lr"):
+        experiment.train_mnist_net(digits, 1.0, batch_norm=True, seed=0, steps=5, affine_lr=0.0)
+
+
+def test_mode_gap_is_eval_minus_train_mode_accuracy_paired_over_images():
+    with pn.seeded(0):
+        plain = experiment.MNISTNet(batch_norm=False).double().eval()
+        net = experiment.MNISTNet(batch_norm=True).double()
+    x, y = randn(40, 64), torch.arange(40) % 10
+    assert experiment.mode_gap(plain, x, y, 4) == (0.0, 0.0)  # no BN: the two modes agree
+    net.train()
+    for _ in range(20):
+        net(randn(40, 64) + 1.0)
+    net.eval()
+    gap, se = experiment.mode_gap(net, x, y, 2)
+    eval_correct = (experiment.predictions(net, x) == y).double()
+    train_correct = (
+        experiment.predictions(experiment.batch_statistics_model(net), x, 2) == y
+    ).double()
+    difference = eval_correct - train_correct
+    assert gap == pytest.approx(difference.mean().item())
+    assert se == pytest.approx(difference.std().item() / 40**0.5) and se > 0
+    assert not net.training  # measured in train mode on a copy
+    with pytest.raises(ValueError, match="batch_size"):
+        experiment.mode_gap(net, x, y, 1)

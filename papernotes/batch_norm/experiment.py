@@ -128,14 +128,21 @@ def train_mnist_net(
     steps: int = 800,
     batch_size: int = 60,
     eval_every: int = 50,
+    affine_lr: float | None = None,
 ) -> Run:
     """Plain SGD on cross-entropy, as in the paper's MNIST experiment, through the book's loop.
 
     The initial weights and the order of the batches follow `seed`, so runs of one seed with and
     without BN start from the same weights and see the same batches. A run whose loss stops
     being finite stops updating (`run.history.diverged`) and is scored as it stands.
+
+    `affine_lr` (default: `lr`) is the learning rate of the parameters BN's scale invariance
+    does not cover: every gamma and beta and the read-out layer; the weights in front of the
+    BN layers (and every weight and bias of a network without BN but its read-out) take `lr`.
     """
     checks.number("lr", lr, low=0.0, low_open=True)
+    if affine_lr is not None:
+        checks.number("affine_lr", affine_lr, low=0.0, low_open=True)
     for name, value in [("steps", steps), ("batch_size", batch_size), ("eval_every", eval_every)]:
         checks.integer(name, value)
     checks.integer("seed", seed, 0)
@@ -143,7 +150,7 @@ def train_mnist_net(
         raise ValueError(f"eval_every ({eval_every}) must not exceed steps ({steps})")
     with training.seeded(seed):
         model = MNISTNet(batch_norm=batch_norm, activation=activation, n_inputs=digits.n_pixels)
-    optimizer = torch.optim.SGD(model.parameters(), lr=lr)
+    optimizer = torch.optim.SGD(parameter_groups(model, lr, affine_lr), lr=lr)
     batches = minibatches(len(digits.train_x), batch_size, training.generator(seed, BATCHES))
     bands: list[torch.Tensor] = []
 
@@ -168,6 +175,29 @@ def train_mnist_net(
         desc=name,
     )
     return Run(model, history, torch.stack(bands))
+
+
+def parameter_groups(model: MNISTNet, lr: float, affine_lr: float | None) -> list[dict]:
+    """SGD's parameter groups: the linear layers in front of the nonlinearities at `lr`; the BN
+    layers' gamma and beta and the read-out layer at `affine_lr` (`lr` when None)."""
+    unscaled = [*model.norms.parameters(), *model.readout.parameters()]
+    return [
+        {"params": list(model.linears.parameters()), "lr": lr},
+        {"params": unscaled, "lr": lr if affine_lr is None else affine_lr},
+    ]
+
+
+def thinned(run: Run, every: int) -> Run:
+    """The run as if it had been evaluated every `every` updates (and after the last) only: its
+    history and bands at those evaluations, to compare runs logged on different schedules."""
+    checks.integer("every", every)
+    last = run.history.steps[-1]
+    keep = [i for i, step in enumerate(run.history.steps) if step % every == 0 or step == last]
+    history = training.History()
+    history.diverged = run.history.diverged
+    for i in keep:
+        history.log(run.history.steps[i], {k: v[i] for k, v in run.history.metrics.items()})
+    return Run(run.model, history, run.bands[keep])
 
 
 # -- measuring the claims -----------------------------------------------------------------------
@@ -202,6 +232,20 @@ def predictions(model: nn.Module, x: torch.Tensor, batch_size: int | None = None
     with torch.no_grad():
         chunks = x.split(batch_size or len(x))
         return torch.cat([model(chunk).argmax(-1) for chunk in chunks])
+
+
+def mode_gap(
+    model: nn.Module, x: torch.Tensor, y: torch.Tensor, batch_size: int
+) -> tuple[float, float]:
+    """Eval-mode accuracy minus train-mode accuracy (each image normalised with the statistics
+    of its batch of `batch_size`, the images in order), and the standard error of that
+    difference, paired over the images."""
+    checks.integer("batch_size", batch_size, 2)
+    with training.evaluating(model):
+        eval_correct = (predictions(model, x) == y).float()
+    train_correct = (predictions(batch_statistics_model(model), x, batch_size) == y).float()
+    difference = eval_correct - train_correct
+    return difference.mean().item(), (difference.std() / len(difference) ** 0.5).item()
 
 
 def batch_statistics_model(model: nn.Module) -> nn.Module:
