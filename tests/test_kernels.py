@@ -1,5 +1,6 @@
 """Kernels start side by side without a hang, and a chapter that fails says which and where."""
 
+import os
 import sys
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
@@ -153,3 +154,24 @@ def test_nbclients_kernels_get_the_sliced_client():
     assert isinstance(client, kernels.SlicedPollClient)
     assert client.shell_channel_class is kernels.SlicedPollChannel
     assert client.iopub_channel_class is kernels.SlicedPollChannel
+
+
+def test_a_stopped_kernel_leaves_every_output_and_file_of_its_last_cell(tmp_path):
+    # execute() stops the kernel without a graceful shutdown: what the last cell printed and
+    # wrote must be complete, and the kernel's process gone, when execute returns.
+    record = tmp_path / "record.txt"
+    pid_file = tmp_path / "pid.txt"
+    last = (
+        "import os\n"
+        f"open({str(pid_file)!r}, 'w').write(str(os.getpid()))\n"
+        f"with open({str(record)!r}, 'w') as f:\n"
+        "    f.write('x' * 100_000)\n"
+        "print('done' * 1000)"
+    )
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(last)])
+    kernels.execute(nb, tmp_path / "last.ipynb")
+    assert nb.cells[0].outputs[0]["text"] == "done" * 1000 + "\n"
+    assert record.read_text() == "x" * 100_000
+    pid = int(pid_file.read_text())
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)  # no such process: stopped and reaped

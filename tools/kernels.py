@@ -21,6 +21,10 @@ after exactly the 300 s cell timeout, and a wait without a timeout (nbclient's o
 never returns. `SlicedPollChannel` polls a second at a time until the timeout, so a lost
 wake-up costs at most a second.
 
+**Kernels are stopped, not asked to quit.** After the last cell every output has arrived, and a
+graceful shutdown would only wait for the interpreter to tear torch down (about 2 s a chapter,
+in every tool that executes chapters); `execute()` stops the kernel at once.
+
 **The machine a chapter's outputs come from.** `machine()` names what decides a chapter's
 floating-point arithmetic: the processor, torch's vector kernels (AVX2, AVX-512, NEON or the
 plain ones that ATEN_CPU_CAPABILITY=default forces), the torch and numpy builds. The refresh tool
@@ -201,6 +205,10 @@ def execute(
         kernel_manager_class=AsyncIpcKernelManager,
         allow_errors=allow_errors,
         resources={"metadata": {"path": str(path.parent)}},
+        # Every output is in by the time the last cell returns, so the kernel is stopped at once:
+        # a graceful shutdown waits for the interpreter to tear torch down, about 2 s a chapter
+        # that no reader sees (records are written by the claim check, never at exit).
+        shutdown_kernel="immediate",
     )
     start = time.perf_counter()
     try:
