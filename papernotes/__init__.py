@@ -10,8 +10,9 @@ Shared infrastructure (one module each, used by every chapter):
 - `plotting`: one plot style, palette PNGs and the few drawing helpers chapters share
 - `tables`: a small table that shows as HTML in a notebook and as text in a terminal
 - `knobs`: a paper's hyper-parameters as controls, live in Jupyter and static in the HTML book
-- `claims`: a paper's claim beside our measurement, with a status and a margin, asserted and
-  recorded
+- `claims`: a paper's claim beside our measurement, with a status, its nulls and a margin,
+  asserted and recorded (its rows and their standard in `claim_rows`, the record in
+  `claim_records`, the table in `claim_table`)
 
 The folders are papers, the files the shared layer. Each paper has a folder named after its
 chapter: `papernotes.concrete` (its `__init__.py`) is the paper's mechanism alone, and
@@ -40,7 +41,16 @@ Conventions, for every module:
 """
 
 from papernotes.chapter import chapter_seed, elapsed, quiet, seed_everything, setup, show_source
-from papernotes.claims import ANALOG, CHECK, NOT_REPRODUCED, NOT_RUN, PAPER, REPRODUCED, Claims
+from papernotes.claims import (
+    ANALOG,
+    CHECK,
+    NOT_REPRODUCED,
+    NOT_RUN,
+    PAPER,
+    REPRODUCED,
+    Arm,
+    Claims,
+)
 from papernotes.data import Digits, binarize, load_digits_split, minibatches
 from papernotes.knobs import Knob, KnobPanel, Sweep, knob_panel, precompute
 from papernotes.plotting import PALETTE, apply_style
@@ -63,6 +73,7 @@ __all__ = [
     "PAPER",
     "PALETTE",
     "REPRODUCED",
+    "Arm",
     "Claims",
     "Digits",
     "History",

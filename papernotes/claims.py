@@ -1,4 +1,5 @@
-"""Claims: the paper's number or statement beside ours, with a status, a condition and a margin.
+"""Claims: the paper's number or statement beside ours, with a status, a condition, its nulls and
+a margin.
 
 A chapter collects its claims as it goes and checks them at the end:
 
@@ -6,9 +7,12 @@ A chapter collects its claims as it goes and checks them at the end:
     claims.add(
         "Relaxed gradients have lower variance than REINFORCE",
         kind=pn.PAPER,
+        status=pn.ANALOG,
         paper="orders of magnitude lower (Figure 3)",
         ours=f"{gs_variance:.3g} against REINFORCE's {reinforce_variance:.3g}",
-        measured=gs_variance, op="<=", bound=0.2 * reinforce_variance,
+        measured=gs_variance, op="<=", bound=reinforce_variance / 10,
+        bound_from="paper", bound_why="an order of magnitude, the least the paper's Figure 3 shows",
+        nulls={"REINFORCE with a baseline": baseline_variance},
     )
     claims.check()
 
@@ -28,105 +32,74 @@ A paper claim has a **status**, each meaning one thing:
 
 A check has no status: it must hold.
 
-A comparative claim is a **condition** `measured op bound`, where `bound` comes from a baseline or
-ablation run in the same notebook (`bound=0.95 * baseline`, and `baseline=` records that value) or
-is a fixed level. Its **margin** is how far the measurement is from flipping the condition: the
-gap between `measured` and `bound` as a fraction of the larger of the two in size, positive when
-it holds. A claim that holds within 10% of flipping is marked *thin*. A claim that is a plain
-yes or no (`holds=...`) has no margin.
+A comparative claim is a **condition** `measured op bound`; a plain yes or no is `holds=...`.
+Its **margin** is how far the measurement is from flipping the condition: the gap between
+`measured` and `bound` as a fraction of the larger of the two in size, positive when it holds;
+within 10% of flipping it is marked *thin*. A row also names its **nulls** (runs without the
+paper's idea, each put through the same condition, each of which must fail it), its **arms**'
+tuning (`pn.Arm`), where its **bound** comes from, and, while it falls short of that standard,
+a **waiver** (papernotes.claim_rows says each rule).
 
 `check()` shows the table, records the claims, the seed and the chapter's run time in
 `_build/records/<chapter>.json` (read by the scoreboard and by `make seeds`), and raises
-`ClaimsFailed` (an AssertionError) naming every reproduced or analog claim, and every check, that
-does not hold, so a failed claim fails the notebook, nbval and CI. A not-reproduced or not-run
-row never fails.
+`ClaimsFailed` (an AssertionError) naming every claim that must hold and does not, every row
+whose null passes its condition too, and every row that breaks the standard, so a failed claim
+fails the notebook, nbval and CI. A not-reproduced or not-run row never fails on its numbers.
 """
 
 from __future__ import annotations
 
-import json
-import math
-import operator
-import os
-import platform
-from dataclasses import asdict, dataclass
 from pathlib import Path
 
-import numpy as np
-import torch
-
-from papernotes import chapter, checks
+from papernotes import checks, claim_records, claim_table
+from papernotes.claim_records import book_root, record_dir
+from papernotes.claim_rows import (
+    ANALOG,
+    BOUND_SOURCES,
+    CHECK,
+    KINDS,
+    NEVER_FAIL,
+    NOT_REPRODUCED,
+    NOT_RUN,
+    OPERATORS,
+    PAPER,
+    REPRODUCED,
+    STATUSES,
+    THIN_MARGIN,
+    Arm,
+    Claim,
+    ClaimsFailed,
+    Null,
+    arms_of,
+    as_bool,
+    as_number,
+    breaches_of,
+    margin,
+    nulls_of,
+    one_line,
+)
 from papernotes.tables import Table
 
-RECORD_DIR_VARIABLE = "PAPERNOTES_RECORD_DIR"
-PAPER = "paper"
-CHECK = "check"
-KINDS = (PAPER, CHECK)
-REPRODUCED = "reproduced"
-ANALOG = "analog"
-NOT_REPRODUCED = "not reproduced"
-NOT_RUN = "not run"
-STATUSES = (REPRODUCED, ANALOG, NOT_REPRODUCED, NOT_RUN)
-NEVER_FAIL = (NOT_REPRODUCED, NOT_RUN)
-THIN_MARGIN = 0.10
-_OPERATORS = {">=": operator.ge, ">": operator.gt, "<=": operator.le, "<": operator.lt}
-_SYMBOLS = {">=": "≥", ">": ">", "<=": "≤", "<": "<"}
-
-
-class ClaimsFailed(AssertionError):
-    """A reproduced or analog claim of a chapter did not hold."""
-
-
-@dataclass(frozen=True)
-class Claim:
-    statement: str
-    kind: str
-    status: str  # CHECK for a check
-    paper: str
-    ours: str
-    holds: bool | None  # None: not run
-    measured: float | None = None
-    op: str | None = None
-    bound: float | None = None
-    baseline: float | None = None
-    margin: float | None = None
-
-    @property
-    def thin(self) -> bool:
-        return self.holds and self.margin is not None and self.margin < THIN_MARGIN
-
-    @property
-    def must_hold(self) -> bool:
-        return self.status not in NEVER_FAIL
-
-    @property
-    def failed(self) -> bool:
-        return self.must_hold and not self.holds
-
-    def condition(self) -> str:
-        if self.status == NOT_RUN:
-            return "—"
-        if self.op is None:
-            return "yes or no"
-        return f"{self.measured:.4g} {_SYMBOLS[self.op]} {self.bound:.4g}"
-
-    def verdict_word(self) -> str:
-        if self.status == NOT_RUN:
-            return "not run"
-        if self.status == NOT_REPRODUCED:
-            return "does not hold" if not self.holds else "holds here"
-        return "holds" if self.holds else "FAILS"
-
-    def verdict(self) -> str:
-        return "holds (thin)" if self.thin else self.verdict_word()
-
-
-def margin(measured: float, op: str, bound: float) -> float:
-    """How far `measured` is from flipping `measured op bound`, as a fraction of the larger of
-    the two in size: positive on the side where the condition holds."""
-    gap = measured - bound if op in (">=", ">") else bound - measured
-    scale = max(abs(measured), abs(bound))
-    return gap / scale if scale > 0 else 0.0
+__all__ = [
+    "ANALOG",
+    "CHECK",
+    "KINDS",
+    "NEVER_FAIL",
+    "NOT_REPRODUCED",
+    "NOT_RUN",
+    "PAPER",
+    "REPRODUCED",
+    "STATUSES",
+    "THIN_MARGIN",
+    "Arm",
+    "Claim",
+    "Claims",
+    "ClaimsFailed",
+    "Null",
+    "book_root",
+    "margin",
+    "record_dir",
+]
 
 
 class Claims:
@@ -151,52 +124,80 @@ class Claims:
         bound: float | None = None,
         baseline: float | None = None,
         holds=None,
+        nulls: dict | None = None,
+        bound_from: str | None = None,
+        bound_why: str | None = None,
+        arms: list[Arm] | None = None,
+        arms_why: str | None = None,
+        waiver: str | None = None,
     ) -> Claim:
         """Record one row: either the condition `measured op bound` (numbers; `op` one of
         >=, >, <=, <) or, for a plain yes or no, `holds` (a bool); a NOT_RUN row gives
-        neither. `kind` is PAPER (then `status` is required) or CHECK (no status). Returns it."""
-        checks.one_of("kind", kind, KINDS)
-        if kind == CHECK:
-            if status is not None:
-                raise ValueError(f"claim {statement!r}: a check has no status; got {status!r}")
-            status = CHECK
-        elif status is None:
-            raise ValueError(f"claim {statement!r}: a paper claim needs a status ({STATUSES})")
-        else:
-            checks.one_of("status", status, STATUSES)
+        neither. `kind` is PAPER (then `status` is required) or CHECK (no status).
+
+        `nulls` maps each null's name to its measurement (a number, or a bool for a yes-or-no
+        row); `bound_from` is 'paper', 'derived' or 'noise', with `bound_why` in one line;
+        `arms` lists the compared arms' tuning (`pn.Arm`), `arms_why` excuses unequal arms in
+        one line; `waiver`, one line, marks a row that does not meet the standard yet.
+        Returns the row."""
+        status = _status_of(statement, kind, status)
         comparative = (measured, op, bound) != (None, None, None)
+        text = {
+            "bound_why": one_line(statement, "bound_why", bound_why),
+            "arms_why": one_line(statement, "arms_why", arms_why),
+            "waiver": one_line(statement, "waiver", waiver),
+        }
         if status == NOT_RUN:
-            if comparative or holds is not None:
+            given = (holds, nulls, bound_from, bound_why, arms, arms_why, waiver)
+            if comparative or any(x is not None for x in given):
                 raise ValueError(f"claim {statement!r}: a row not run has no measurement")
-            claim = Claim(statement, kind, status, paper, ours, None)
-            self.items.append(claim)
-            return claim
+            return self._append(Claim(statement, kind, status, paper, ours, None))
         if comparative == (holds is not None):
             raise ValueError(
                 f"claim {statement!r}: give either measured, op and bound, or holds; not both"
             )
         if comparative:
-            checks.one_of("op", op, tuple(_OPERATORS))
-            measured, bound = (
-                _number(statement, "measured", measured),
-                _number(statement, "bound", bound),
-            )
-            holds = bool(_OPERATORS[op](measured, bound))
-            claim = Claim(
-                statement,
-                kind,
-                status,
-                paper,
-                ours,
-                holds,
-                measured,
-                op,
-                bound,
-                None if baseline is None else _number(statement, "baseline", baseline),
-                margin(measured, op, bound),
-            )
+            checks.one_of("op", op, tuple(OPERATORS))
+            measured = as_number(statement, "measured", measured)
+            bound = as_number(statement, "bound", bound)
+            if bound_from is not None:
+                checks.one_of("bound_from", bound_from, BOUND_SOURCES)
+                if text["bound_why"] is None:
+                    raise ValueError(f"claim {statement!r}: bound_from needs bound_why, one line")
+            if baseline is not None:
+                baseline = as_number(statement, "baseline", baseline)
+            condition = {
+                "holds": bool(OPERATORS[op](measured, bound)),
+                "measured": measured,
+                "op": op,
+                "bound": bound,
+                "baseline": None
+                if baseline is None
+                else as_number(statement, "baseline", baseline),
+                "margin": margin(measured, op, bound),
+                "bound_from": bound_from,
+            }
         else:
-            claim = Claim(statement, kind, status, paper, ours, _as_bool(holds, statement))
+            if bound_from is not None or bound_why is not None or baseline is not None:
+                raise ValueError(f"claim {statement!r}: a yes-or-no row has no bound")
+            if baseline is not None:
+                baseline = as_number(statement, "baseline", baseline)
+            condition = {"holds": as_bool(holds, repr(statement))}
+        claim = Claim(
+            statement,
+            kind,
+            status,
+            paper,
+            ours,
+            nulls=nulls_of(statement, nulls, op, bound),
+            arms=arms_of(statement, arms),
+            **condition,
+            **text,
+        )
+        return self._append(claim)
+
+    def _append(self, claim: Claim) -> Claim:
+        claim = Claim(**{**claim.__dict__, "breaches": breaches_of(claim)})
         self.items.append(claim)
         return claim
 
@@ -205,72 +206,27 @@ class Claims:
         return [claim for claim in self.items if claim.failed]
 
     def check(self) -> None:
-        """Show the table, record the claims, and fail loudly if a claim that must hold does not."""
+        """Show the table, record the claims, and fail loudly if a claim that must hold does not,
+        a null passes a row's condition too, or a row breaks the standard."""
         if not self.items:
             raise ClaimsFailed(f"chapter {self.chapter!r} checks no claims")
         _display(self)
         self.record()
         if self.failed:
-            names = "; ".join(
-                f"{c.statement!r} (paper: {c.paper}; ours: {c.ours})" for c in self.failed
-            )
             raise ClaimsFailed(
-                f"{len(self.failed)} claim(s) of {self.chapter!r} do not hold: {names}"
+                f"{len(self.failed)} claim(s) of {self.chapter!r} do not hold: "
+                + "; ".join(_why_it_fails(c) for c in self.failed)
             )
-
-    # -- the record for the scoreboard and the seed runs ----------------------------------------
 
     def record(self) -> Path | None:
-        """Write the claims, the seed and the run time as JSON; returns the path, or None where
-        the chapter runs outside the book (Colab, say) and no record directory is set.
-
-        "seconds" runs from the setup cell to the claim check, so it leaves out the kernel's
-        start and the knob panel drawn after the check; tools/benchmark.py times whole chapters.
-        """
-        directory = record_dir()
-        if directory is None:
-            return None
-        directory.mkdir(parents=True, exist_ok=True)
-        path = directory / f"{self.chapter}.json"
-        payload = {
-            "chapter": self.chapter,
-            "seed": chapter.chapter_seed(),
-            "all_hold": not self.failed,
-            "claims": [
-                {**asdict(claim), "thin": claim.thin, "must_hold": claim.must_hold}
-                for claim in self.items
-            ],
-            "seconds": round(chapter.elapsed(), 2),
-            "python": platform.python_version(),
-        }
-        path.write_text(json.dumps(payload, indent=2) + "\n")
-        return path
-
-    # -- how the table looks --------------------------------------------------------------------
+        """Write the claims, the seed and the run time (papernotes.claim_records)."""
+        return claim_records.write(self.chapter, self.items)
 
     def table(self) -> Table:
-        rows = [
-            [
-                c.statement,
-                c.status,
-                c.paper or "the book's own check",
-                c.ours,
-                c.condition(),
-                _percent(c.margin),
-                c.verdict(),
-            ]
-            for c in self.items
-        ]
-        columns = ["claim", "status", "paper", "ours", "condition", "margin", "verdict"]
-        measured = ["ours", "condition", "margin"]
-        return Table(columns, rows, css_class="pn-claims", measured=measured)
+        return claim_table.table(self.items)
 
     def verdicts(self) -> str:
-        """Each claim's status and verdict, without the numbers: what must read the same on
-        every machine (a margin may be thin on one CPU and not on another, so no "thin")."""
-        lines = [f"Claims of {self.chapter!r}:"]
-        lines += [f"- {c.verdict_word()} ({c.status}): {c.statement}" for c in self.items]
-        return "\n".join(lines)
+        return claim_table.verdicts(self.chapter, self.items)
 
     def _repr_mimebundle_(self, include=None, exclude=None) -> dict:
         # A notebook shows the table; its plain-text view (what nbval compares on any machine,
@@ -281,45 +237,28 @@ class Claims:
         return f"Claims of {self.chapter!r}:\n{self.table()!r}"
 
 
-def _percent(value: float | None) -> str:
-    return "—" if value is None else f"{value:+.0%}"
+def _status_of(statement: str, kind: str, status: str | None) -> str:
+    checks.one_of("kind", kind, KINDS)
+    if kind == CHECK:
+        if status is not None:
+            raise ValueError(f"claim {statement!r}: a check has no status; got {status!r}")
+        return CHECK
+    if status is None:
+        raise ValueError(f"claim {statement!r}: a paper claim needs a status ({STATUSES})")
+    return checks.one_of("status", status, STATUSES)
 
 
-def record_dir() -> Path | None:
-    """Where records go: $PAPERNOTES_RECORD_DIR, else _build/records of the enclosing book."""
-    if os.environ.get(RECORD_DIR_VARIABLE):
-        return Path(os.environ[RECORD_DIR_VARIABLE])
-    root = book_root(Path.cwd())
-    return None if root is None else root / "_build" / "records"
-
-
-def book_root(start: Path) -> Path | None:
-    """The nearest folder at or above `start` that holds the book's _toc.yml."""
-    for folder in (start, *start.parents):
-        if (folder / "_toc.yml").is_file():
-            return folder
-    return None
-
-
-def _number(statement: str, name: str, value) -> float:
-    if isinstance(value, torch.Tensor) and value.numel() == 1:
-        value = value.item()
-    if isinstance(value, np.generic):
-        value = value.item()
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise TypeError(f"claim {statement!r}: {name} must be a finite number; got {value!r}")
-    return float(value)
-
-
-def _as_bool(holds, statement: str) -> bool:
-    # numpy and one-element torch booleans are fine; anything else is a bug in the chapter.
-    if isinstance(holds, np.bool_):
-        holds = bool(holds)
-    elif isinstance(holds, torch.Tensor) and holds.dtype == torch.bool and holds.numel() == 1:
-        holds = bool(holds.item())
-    if not isinstance(holds, bool):
-        raise TypeError(f"claim {statement!r}: holds must be a boolean; got {type(holds).__name__}")
-    return holds
+def _why_it_fails(claim: Claim) -> str:
+    reasons = []
+    if claim.must_hold and not claim.holds:
+        reasons.append(f"paper: {claim.paper}; ours: {claim.ours}")
+    if claim.must_hold and claim.holds:
+        reasons += [
+            f"the null {n.name!r} ({n.measured}) passes the condition too"
+            for n in claim.passing_nulls
+        ]
+    reasons += [f"it {p}" for p in claim.problems]
+    return f"{claim.statement!r} ({'; '.join(reasons)})"
 
 
 def _display(obj) -> None:

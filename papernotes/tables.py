@@ -66,8 +66,11 @@ class Table:
         )
 
     def _td(self, column: int, cell: str) -> str:
+        # The column's name rides on each cell, so that a narrow screen can stack a row's cells
+        # under their names (tools/static/papernotes.css) instead of scrolling sideways.
         marker = ' class="pn-measured"' if column in self.measured else ""
-        return f"<td{marker}>{html.escape(cell)}</td>"
+        label = html.escape(self.columns[column], quote=True)
+        return f'<td{marker} data-label="{label}">{html.escape(cell)}</td>'
 
     def __repr__(self) -> str:
         widths = [

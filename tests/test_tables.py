@@ -21,7 +21,7 @@ def test_a_table_formats_numbers_once_for_both_views():
         "no <BN>  —",
     ]
     html = table._repr_html_()
-    assert "<caption>final</caption>" in html and "<td>0.977</td>" in html
+    assert "<caption>final</caption>" in html and '<td data-label="accuracy">0.977</td>' in html
     assert "no &lt;BN&gt;" in html and html.count("<tr>") == 3
 
 
