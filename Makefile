@@ -7,7 +7,12 @@ BIN := $(VENV)/bin
 INSTALLED := $(VENV)/.installed
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: book test check new venv chromium lab links refresh portable bench seeds mutants clean
+.PHONY: book test check new venv chromium lab links refresh portable bench seeds mutants sweep clean
+
+# How many chapters execute at once, in every target that executes chapters (one
+# single-threaded kernel each): `make sweep JOBS=4`. The tools read it from the environment.
+JOBS ?= 2
+export JOBS
 
 ## book: set up .venv and build the HTML book into _build/html, executing the chapters whose
 ## code changed (two at a time, one per core) into the cache that the strict build then reads;
@@ -27,8 +32,8 @@ test: $(INSTALLED) chromium
 
 ## check: the fast loop, lint and the unit tests, no chapter executed (bare `pytest` does the same).
 ## check CHAPTERS="chapters/x.ipynb ...": one chapter's loop: its unit tests and hygiene, nbval on
-## it, its seeds and mutants, then the strict build and the browser checks (the whole-book tests
-## skip: the other chapters did not run)
+## it, its seeds and mutants where they are stale (a sweep just run is not run again), then the
+## strict build and the browser checks (the whole-book tests skip: the other chapters did not run)
 SLUGS := $(basename $(notdir $(CHAPTERS)))
 check: $(INSTALLED)
 	$(BIN)/ruff check .
@@ -39,8 +44,7 @@ else
 	$(BIN)/python -m pytest $(foreach s,$(SLUGS),tests/test_$(s).py)
 	$(BIN)/python -m pytest tests/test_book.py -k "$(subst $(eval) , or ,$(SLUGS)) or not chapter"
 	$(BIN)/python -m pytest -n 2 --dist loadfile --nbval $(CHAPTERS)
-	$(BIN)/python tools/seeds_and_mutants.py seeds $(CHAPTERS)
-	$(BIN)/python tools/seeds_and_mutants.py mutants $(CHAPTERS)
+	$(BIN)/python tools/seeds_and_mutants.py sweep --stale $(CHAPTERS)
 	$(BIN)/python -m pytest tests/test_seeds_and_mutants.py -k "$(subst $(eval) , or ,$(SLUGS))"
 	$(BIN)/python -m pytest -m book
 endif
@@ -93,9 +97,15 @@ portable: $(INSTALLED)
 seeds: $(INSTALLED)
 	$(BIN)/python tools/seeds_and_mutants.py seeds $(CHAPTERS)
 
-## mutants: execute chapters with each broken mechanism of tests/mutants/; each must fail a claim
+## mutants: execute chapters unbroken and with each broken mechanism of tests/mutants/; each
+## must fail a claim and leave every null where the unbroken run put it
 mutants: $(INSTALLED)
 	$(BIN)/python tools/seeds_and_mutants.py mutants $(CHAPTERS)
+
+## sweep: seeds and mutants in one pool of JOBS workers, one record file a chapter
+## (tests/seeds_and_mutants/<slug>.json)
+sweep: $(INSTALLED)
+	$(BIN)/python tools/seeds_and_mutants.py sweep $(CHAPTERS)
 
 ## bench: time each chapter cold, and the whole book
 bench: $(INSTALLED)

@@ -257,7 +257,7 @@ def _why_it_fails(claim: Claim) -> str:
             f"the null {n.name!r} ({n.measured}) passes the condition too"
             for n in claim.passing_nulls
         ]
-    reasons += [f"it {p}" for p in claim.problems]
+    reasons += list(claim.problems)
     return f"{claim.statement!r} ({'; '.join(reasons)})"
 
 

@@ -23,6 +23,14 @@ def claim(statement, status="reproduced", holds=True, margin=0.5, thin=False, ki
     }
 
 
+def write_results(folder, results_by_chapter):
+    """The seeds-and-mutants records, one file a chapter (tests/seeds_and_mutants/<slug>.json)."""
+    folder.mkdir(exist_ok=True)
+    for slug, entry in results_by_chapter.items():
+        (folder / f"{slug}.json").write_text(json.dumps({"chapter": slug, **entry}))
+    return folder
+
+
 def write_records(folder, claims_by_chapter):
     folder.mkdir(exist_ok=True)
     for slug, claims in claims_by_chapter.items():
@@ -43,37 +51,33 @@ def test_the_summary_counts_every_status_and_each_chapter_gets_a_table(tmp_path)
             **{slug: [claim("x", margin=None)] for slug in others},
         },
     )
-    results = tmp_path / "seeds_and_mutants.json"
     current = seeds_and_mutants.content_hash(CHAPTERS[0])
-    results.write_text(
-        json.dumps(
-            {
-                "chapters": {
-                    first: {
-                        "seeds": {
-                            "hash": current,
-                            "claims": [
-                                {"held": 5, "of": 5},
-                                {"held": 4, "of": 5},
-                                {"held": 0, "of": 5},
-                            ],
+    results = write_results(
+        tmp_path / "results",
+        {
+            first: {
+                "seeds": {
+                    "hash": current,
+                    "claims": [
+                        {"held": 5, "of": 5},
+                        {"held": 4, "of": 5},
+                        {"held": 0, "of": 5},
+                    ],
+                },
+                "mutants": {
+                    "hash": "old",
+                    "results": [
+                        {
+                            "name": "m1",
+                            "breaks": "stats never updated",
+                            "outcome": "caught",
+                            "failed_claims": ["b"],
                         },
-                        "mutants": {
-                            "hash": "old",
-                            "results": [
-                                {
-                                    "name": "m1",
-                                    "breaks": "stats never updated",
-                                    "outcome": "caught",
-                                    "failed_claims": ["b"],
-                                },
-                                {"name": "m2", "breaks": "", "outcome": "survived"},
-                            ],
-                        },
-                    }
-                }
+                        {"name": "m2", "breaks": "", "outcome": "survived"},
+                    ],
+                },
             }
-        )
+        },
     )
     page = scoreboard.markdown(tmp_path / "records", results)
     total = 3 + len(others)
@@ -105,7 +109,7 @@ def test_the_summary_counts_every_status_and_each_chapter_gets_a_table(tmp_path)
 def test_a_failing_claim_and_a_missing_record_show(tmp_path):
     first = CHAPTERS[0].stem
     write_records(tmp_path / "records", {first: [claim("a", holds=False, margin=-0.1)]})
-    page = scoreboard.markdown(tmp_path / "records", tmp_path / "absent.json")
+    page = scoreboard.markdown(tmp_path / "records", tmp_path / "absent")
     assert "; **1 failing**." in page and "**reproduced, FAILS**" in page
     assert "| not run |" in page
     if len(CHAPTERS) > 1:
@@ -124,25 +128,14 @@ def test_kinds_are_counted_apart_and_margins_drawn(tmp_path):
             ]
         },
     )
-    results = tmp_path / "seeds_and_mutants.json"
     seeds = [
         {"held": 5, "of": 5, "margins": [0.0, 0.05, 0.3, 0.3, 1.5]},
         {"held": 5, "of": 5, "margins": [0.2] * 5},
         {"held": 0, "of": 5, "margins": [None] * 5},
     ]
-    results.write_text(
-        json.dumps(
-            {
-                "chapters": {
-                    first: {
-                        "seeds": {
-                            "hash": seeds_and_mutants.content_hash(CHAPTERS[0]),
-                            "claims": seeds,
-                        }
-                    }
-                }
-            }
-        )
+    results = write_results(
+        tmp_path / "results",
+        {first: {"seeds": {"hash": seeds_and_mutants.content_hash(CHAPTERS[0]), "claims": seeds}}},
     )
     page = scoreboard.markdown(tmp_path / "records", results)
     assert (

@@ -185,14 +185,16 @@ def execute(
     timeout: int = CELL_TIMEOUT_S,
     environment: dict[str, str] | None = None,
     allow_errors: bool = False,
+    total_timeout: float | None = None,
 ) -> float:
     """Execute the notebook `nb` (read from `path`) top to bottom in a fresh kernel, in the
     chapter's folder; its outputs are written into `nb`. Returns the seconds it took.
 
     Raises ChapterFailed naming the chapter and the code cell when a cell raises, a cell runs
-    over `timeout` seconds, or the kernel does not start within STARTUP_TIMEOUT_S. `environment`
-    adds variables to the kernel's environment. With `allow_errors`, a cell that raises is
-    recorded in its outputs and the chapter goes on (a timeout still raises).
+    over `timeout` seconds, the whole execution over `total_timeout` seconds (when given), or the
+    kernel does not start within STARTUP_TIMEOUT_S. `environment` adds variables to the kernel's
+    environment. With `allow_errors`, a cell that raises is recorded in its outputs and the
+    chapter goes on (a timeout still raises).
     """
     from nbclient import NotebookClient
     from nbclient.exceptions import CellExecutionError, CellTimeoutError, DeadKernelError
@@ -211,6 +213,11 @@ def execute(
         shutdown_kernel="immediate",
     )
     start = time.perf_counter()
+    if total_timeout is not None:
+        # Each cell may take what is left of the whole execution's time, at most `timeout`.
+        client.timeout_func = lambda _cell: max(
+            1, min(timeout, int(total_timeout - (time.perf_counter() - start)))
+        )
     try:
         # The kernel's own stderr (shutdown chatter) is not the chapter's: errors come back as
         # messages, and a kernel that dies raises DeadKernelError.

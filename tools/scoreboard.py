@@ -6,8 +6,8 @@ here while the book builds, from
 - the claim records of the execution that builds the book (_build/records/<slug>.json, written
   by each chapter's `claims.check()`: by nbval's kernels in the test command, by
   tools/execute.py in `make book`), and
-- the committed seeds-and-mutants results (tests/seeds_and_mutants.json, from `make seeds` and
-  `make mutants`), marked stale where the chapter or its module changed since they ran.
+- the committed seeds-and-mutants records (tests/seeds_and_mutants/<slug>.json, from `make seeds`
+  and `make mutants`), marked stale where the chapter or its module changed since they ran.
 
 So the page cannot disagree with the chapters it summarises.
 """
@@ -19,6 +19,7 @@ from pathlib import Path
 
 import book
 import seeds_and_mutants
+import sweep_records
 
 from papernotes.claims import CHECK, PAPER, STATUSES
 
@@ -34,10 +35,10 @@ def load_records(records: Path) -> dict[str, dict]:
     return found
 
 
-def markdown(records_dir: Path, results_path: Path = seeds_and_mutants.RESULTS) -> str:
+def markdown(records_dir: Path, results_dir: Path = sweep_records.RECORDS) -> str:
     """The scoreboard's summary line and one table per chapter, as MyST markdown."""
     records = load_records(records_dir)
-    results = json.loads(results_path.read_text())["chapters"] if results_path.exists() else {}
+    results = sweep_records.load_all(results_dir) if results_dir.is_dir() else {}
     chapters = book.toc_chapters()
     claims = [c for r in records.values() for c in r["claims"]]
     paper = [c for c in claims if c.get("kind", PAPER) == PAPER]

@@ -1,38 +1,46 @@
-"""Do the chapters' claims hold up? Seeds and broken mechanisms, recorded in
-tests/seeds_and_mutants.json.
+"""Do the chapters' claims hold up? Seeds and broken mechanisms, recorded one file a chapter in
+tests/seeds_and_mutants/<slug>.json (tools/sweep_records.py).
 
     .venv/bin/python tools/seeds_and_mutants.py seeds   [chapters/x.ipynb ...]   # make seeds
     .venv/bin/python tools/seeds_and_mutants.py mutants [chapters/x.ipynb ...]   # make mutants
+    .venv/bin/python tools/seeds_and_mutants.py sweep   [chapters/x.ipynb ...]   # make sweep
+    .venv/bin/python tools/seeds_and_mutants.py compare FRESH_DIR [--committed DIR]
 
-`seeds` executes each chapter under five held-out seeds (SEEDS: no design choice used them; the
-committed run is seed 0) and records, per claim, on how many of the five it held, its margin on
-each (the scoreboard draws them) and its worst margin. A reproduced or analog claim, and a check,
-must hold on at least 4 of 5.
+`seeds` executes each chapter under five held-out seeds (SEEDS: no design choice may use them)
+and records, per claim, on how many of the five it held (its condition, with every null failing
+it), on how many a null passed, its margin on each (the scoreboard draws them) and its worst
+margin. A reproduced or analog claim, and a check, must hold on at least 4 of 5.
 
-`mutants` executes each chapter once per broken variant of its mechanism, defined in
+`mutants` executes each chapter once unbroken (the reference: it must pass, and its nulls'
+measurements are kept) and once per broken variant of its mechanism, defined in
 tests/mutants/<slug>.py: a list MUTANTS of functions, each of which patches the paper's module
 (its docstring says what it breaks). The call is put in a cell right after the setup cell. A
 mutant is caught when the chapter then stops on its claim check (papernotes.claims.ClaimsFailed);
 it survives when the chapter passes, and it crashes when something else stops the chapter first.
-Every mutant must be caught.
+Every mutant must be caught, and none may move a null: a null computed by code the mechanism's
+bugs reach would break with the mechanism and prove nothing.
 
-Both execute a chapter only up to its claim check (the knob panels after it are not needed), two
-kernels at a time (one per core, each single-threaded). The results of each chapter are stored
-with a hash of what they depend on (tools/behaviour.py: the chapter's code cells, the code of
-every module it imports, its mutants), so tests/test_seeds_and_mutants.py can tell a stale result
-from a current one.
+`sweep` does both in one pool of workers. `compare` reads the records a fresh sweep wrote (the
+sweep workflow's matrix jobs) and fails, naming chapter and row, where one contradicts the
+committed record.
+
+Each execution runs the chapter only up to its claim check (the knob panels after it are not
+needed), JOBS at a time (`--jobs`, or $JOBS; 2 by default, one single-threaded kernel per core),
+each within `--timeout` seconds in all, so that a hang fails naming the chapter and the cell.
+`--stale` skips the chapters whose record is current (the per-chapter loop, `make check`, uses
+it so that a sweep just run is not run again).
 """
 
 from __future__ import annotations
 
 import argparse
-import fcntl
 import importlib.util
 import json
+import os
 import sys
 import tempfile
 import time
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
 import nbformat
@@ -41,21 +49,34 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import behaviour
 import book
 import kernels
+import sweep_records
+from sweep_records import MIN_SEEDS_HELD, RECORDS, must_hold
 
-RESULTS = book.ROOT / "tests" / "seeds_and_mutants.json"
 MUTANTS_DIR = book.ROOT / "tests" / "mutants"
-# Held out: every design choice of every chapter was made under seed 0 (the committed run) and
-# seeds 0-4 (earlier checks), so these five are seeds the design never saw.
+# Held out: the committed run is seed 0, and a design may use any seed but these five.
 SEEDS = (1000, 1001, 1002, 1003, 1004)
-MIN_SEEDS_HELD = 4
 CHECK_CALL = "claims.check()"
-WORKERS = 2
+DEFAULT_JOBS = 2
+EXECUTION_TIMEOUT_S = 600
+PARTS = {"seeds": ("seeds",), "mutants": ("mutants",), "sweep": ("seeds", "mutants")}
+
+__all__ = ["MIN_SEEDS_HELD", "RECORDS", "SEEDS", "content_hash", "must_hold", "mutants_of"]
 
 
 def content_hash(path: Path) -> str:
     """What the chapter's results depend on: its code cells, the code of every papernotes module
     it imports (docstrings and comments aside) and its mutants (tools/behaviour.py)."""
     return behaviour.behaviour_hash(path)
+
+
+def jobs_from_environment(default: int = DEFAULT_JOBS) -> int:
+    """$JOBS as a count of parallel executions (every tool that executes chapters reads it)."""
+    text = os.environ.get("JOBS", "").strip()
+    if not text:
+        return default
+    if not text.isdigit() or int(text) < 1:
+        raise SystemExit(f"JOBS must be a whole number of at least 1; got {text!r}")
+    return int(text)
 
 
 def mutants_of(slug: str) -> list[tuple[str, str]]:
@@ -78,7 +99,9 @@ def up_to_the_claim_check(nb):
     raise ValueError("the chapter never calls claims.check()")
 
 
-def run(path: Path, seed: int = 0, mutant: str | None = None) -> dict:
+def run(
+    path: Path, seed: int = 0, mutant: str | None = None, timeout: int = EXECUTION_TIMEOUT_S
+) -> dict:
     """Execute one chapter up to its claim check; returns its claims record and how it ended."""
     nb = up_to_the_claim_check(nbformat.read(path, as_version=4))
     if mutant is not None:
@@ -91,23 +114,18 @@ def run(path: Path, seed: int = 0, mutant: str | None = None) -> dict:
     with tempfile.TemporaryDirectory() as records:
         ended, error = "passed", ""
         try:
-            kernels.execute(nb, path, seed=seed, record_dir=records, timeout=600)
+            kernels.execute(nb, path, seed=seed, record_dir=records, total_timeout=timeout)
         except kernels.ChapterFailed as failure:
             ended = "claims failed" if failure.ename == "ClaimsFailed" else "crashed"
-            error = f"{failure.ename}: {failure.evalue}"[:500]
+            error = f"{failure}"[:500]
         record = Path(records) / f"{path.stem}.json"
         claims = json.loads(record.read_text())["claims"] if record.exists() else []
     return {"seed": seed, "mutant": mutant, "ended": ended, "error": error, "claims": claims}
 
 
-def must_hold(claim: dict) -> bool:
-    """Whether a recorded row must hold (a reproduced or analog claim, or a check)."""
-    return claim.get("must_hold", claim["status"] not in ("not reproduced", "not run"))
-
-
 def summarize_seeds(runs: list[dict]) -> dict:
     claims: list[dict] = []
-    for run_ in runs:
+    for run_ in sorted(runs, key=lambda r: r["seed"]):
         for i, claim in enumerate(run_["claims"]):
             if i == len(claims):
                 claims.append(
@@ -117,12 +135,14 @@ def summarize_seeds(runs: list[dict]) -> dict:
                         "status": claim["status"],
                         "must_hold": must_hold(claim),
                         "held": 0,
+                        "null_passed": 0,
                         "worst_margin": None,
                         "margins": [],
                     }
                 )
             entry = claims[i]
-            entry["held"] += bool(claim["holds"])
+            entry["held"] += sweep_records.held(claim)
+            entry["null_passed"] += sweep_records.null_passed(claim)
             entry["margins"].append(None if claim["margin"] is None else round(claim["margin"], 4))
             if claim["margin"] is not None:
                 worst = entry["worst_margin"]
@@ -135,85 +155,171 @@ def summarize_seeds(runs: list[dict]) -> dict:
     return {"seeds": list(SEEDS), "claims": claims, "crashed": crashed}
 
 
-def summarize_mutant(run_: dict, description: str) -> dict:
-    failed = [c["statement"] for c in run_["claims"] if not c["holds"] and must_hold(c)]
+def summarize_mutant(run_: dict, description: str, reference: dict) -> dict:
+    failed = [c["statement"] for c in run_["claims"] if sweep_records.failed(c)]
     outcome = {"passed": "survived", "claims failed": "caught", "crashed": "crashed"}[run_["ended"]]
     return {
         "name": run_["mutant"],
         "breaks": description,
         "outcome": outcome,
         "failed_claims": failed,
+        "moved_nulls": sweep_records.moved_nulls(
+            reference, sweep_records.nulls_by_row(run_["claims"])
+        ),
         "error": run_["error"] if outcome == "crashed" else "",
     }
 
 
-def merge_into_results(updates: dict[str, dict]) -> None:
-    """Write this run's entries into the results file, keeping every other chapter's and kind's.
+def summarize_mutants(runs: list[dict], descriptions: dict[str, str]) -> dict:
+    reference = next(r for r in runs if r["mutant"] is None)
+    nulls = sweep_records.nulls_by_row(reference["claims"])
+    return {
+        "reference": {
+            "ended": reference["ended"],
+            "error": reference["error"],
+            "nulls": [[claim, name, value] for (claim, name), value in nulls.items()],
+        },
+        "results": [
+            summarize_mutant(r, descriptions[r["mutant"]], nulls)
+            for r in runs
+            if r["mutant"] is not None
+        ],
+    }
 
-    Read, merge and write under an exclusive lock: two runs for different chapters may finish at
-    the same moment, and neither may drop the other's entries.
-    """
-    with open(RESULTS.with_suffix(".lock"), "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        results = json.loads(RESULTS.read_text()) if RESULTS.exists() else {"chapters": {}}
-        for slug, entry in updates.items():
-            results["chapters"].setdefault(slug, {}).update(entry)
-        results["chapters"] = dict(sorted(results["chapters"].items()))
-        RESULTS.write_text(json.dumps(results, indent=1, ensure_ascii=False) + "\n")
+
+def jobs_for(parts: tuple[str, ...], chapters: list[Path]) -> list[tuple[Path, int, str | None]]:
+    jobs = []
+    for path in chapters:
+        if "seeds" in parts:
+            jobs += [(path, seed, None) for seed in SEEDS]
+        if "mutants" in parts:
+            names = mutants_of(path.stem)
+            if not names:
+                print(f"{path.stem}: no mutants in {MUTANTS_DIR.relative_to(book.ROOT)}/")
+            jobs += [(path, 0, None)] + [(path, 0, name) for name, _ in names]
+    return jobs
+
+
+def execute_all(jobs, workers: int, timeout: int) -> list[dict]:
+    """Run every (chapter, seed, mutant) job, `workers` at a time; results in the jobs' order."""
+    outcomes: list[dict | None] = [None] * len(jobs)
+    started = time.perf_counter()
+    with ProcessPoolExecutor(max_workers=workers) as pool:
+        futures = {
+            pool.submit(run, path, seed, mutant, timeout): i
+            for i, (path, seed, mutant) in enumerate(jobs)
+        }
+        for done, future in enumerate(as_completed(futures), start=1):
+            i = futures[future]
+            outcomes[i] = future.result()
+            path, seed, mutant = jobs[i]
+            what = f"{path.stem} {'mutant ' + mutant if mutant else f'seed {seed}'}"
+            kernels.progress(done, len(jobs), started, f"{what}: {outcomes[i]['ended']}")
+    return outcomes
+
+
+def report_seeds(slug: str, seeds: dict) -> bool:
+    ok = True
+    for claim in seeds["claims"]:
+        weak = claim["must_hold"] and claim["held"] < MIN_SEEDS_HELD
+        ok &= not weak
+        margin = claim["worst_margin"]
+        worst = "" if margin is None else f", worst margin {margin:+.0%}"
+        nulls = f", a null passed on {claim['null_passed']}" if claim["null_passed"] else ""
+        flag = "  TOO FEW" if weak else ""
+        held = f"{claim['held']}/{claim['of']} seeds"
+        print(f"{slug}: {held}{worst}{nulls}: {claim['statement']}{flag}")
+    for seed, error in seeds["crashed"].items():
+        ok = False
+        print(f"{slug}: seed {seed} CRASHED: {error}")
+    return ok
+
+
+def report_mutants(slug: str, mutants: dict) -> bool:
+    reference = mutants["reference"]
+    ok = reference["ended"] == "passed"
+    if not ok:
+        print(f"{slug}: the unbroken chapter did not pass ({reference['error']}): fix it first")
+    for result in mutants["results"]:
+        ok &= result["outcome"] == "caught" and not result["moved_nulls"]
+        detail = "; ".join(result["failed_claims"]) or result["error"]
+        print(f"{slug}: mutant {result['name']}: {result['outcome'].upper()} ({detail})")
+        for moved in result["moved_nulls"]:
+            print(f"{slug}: mutant {result['name']} MOVES A NULL: {moved}")
+    return ok
+
+
+def is_current(path: Path, parts: tuple[str, ...]) -> bool:
+    record = sweep_records.load(path.stem)
+    current = content_hash(path)
+    return all(record.get(part, {}).get("hash") == current for part in parts)
+
+
+def sweep(parts, chapters, workers, timeout, out: Path = RECORDS) -> bool:
+    jobs = jobs_for(parts, chapters)
+    start = time.perf_counter()
+    outcomes = execute_all(jobs, workers, timeout)
+    ok = True
+    for path in chapters:
+        slug = path.stem
+        mine = [o for (p, _, _), o in zip(jobs, outcomes, strict=True) if p == path]
+        entry = {}
+        if "seeds" in parts:
+            seeds = [o for o in mine if o["mutant"] is None and o["seed"] in SEEDS]
+            entry["seeds"] = {"hash": content_hash(path), **summarize_seeds(seeds)}
+            ok &= report_seeds(slug, entry["seeds"])
+        if "mutants" in parts:
+            runs = [o for o in mine if o["seed"] == 0]
+            summary = summarize_mutants(runs, dict(mutants_of(slug)))
+            entry["mutants"] = {"hash": content_hash(path), **summary}
+            ok &= report_mutants(slug, entry["mutants"])
+        sweep_records.merge(slug, entry, out)
+    seconds = time.perf_counter() - start
+    where = out.relative_to(book.ROOT) if out.is_relative_to(book.ROOT) else out
+    print(f"{len(jobs)} runs in {seconds:.0f} s with {workers} at a time; wrote {where}/")
+    return ok
+
+
+def compare_with_committed(fresh: Path, committed: Path) -> int:
+    problems = []
+    found = sweep_records.load_all(fresh)
+    if not found:
+        problems.append(f"no records in {fresh}")
+    for slug, record in found.items():
+        problems += sweep_records.compare(sweep_records.load(slug, committed), record, slug)
+    for line in problems:
+        print(f"DOES NOT REPRODUCE: {line}")
+    print(f"compared {len(found)} chapter record(s) with {committed}: {len(problems)} problem(s)")
+    return 1 if problems else 0
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("what", choices=("seeds", "mutants"))
+    parser.add_argument("what", choices=(*PARTS, "compare"))
     parser.add_argument("chapters", nargs="*", type=Path, help="notebooks (default: the book)")
+    parser.add_argument("--jobs", type=int, default=None, help="parallel executions ($JOBS)")
+    parser.add_argument("--timeout", type=int, default=EXECUTION_TIMEOUT_S, help="seconds a run")
+    parser.add_argument("--stale", action="store_true", help="only chapters whose record is old")
+    parser.add_argument("--out", type=Path, default=RECORDS, help="where the records go")
+    parser.add_argument("--committed", type=Path, default=RECORDS, help="compare: committed dir")
     args = parser.parse_args(argv)
+    if args.what == "compare":
+        if len(args.chapters) != 1:
+            parser.error("compare takes one folder: the fresh sweep's records")
+        return compare_with_committed(args.chapters[0].resolve(), args.committed.resolve())
+    workers = args.jobs if args.jobs is not None else jobs_from_environment()
+    if workers < 1:
+        parser.error(f"--jobs must be at least 1; got {workers}")
+    parts = PARTS[args.what]
     chapters = [p.resolve() for p in args.chapters] or book.toc_chapters()
-    jobs = []
-    for path in chapters:
-        if args.what == "seeds":
-            jobs += [(path, seed, None) for seed in SEEDS]
-        else:
-            names = mutants_of(path.stem)
-            if not names:
-                print(f"{path.stem}: no mutants in {MUTANTS_DIR.relative_to(book.ROOT)}/")
-            jobs += [(path, 0, name) for name, _ in names]
-    start = time.perf_counter()
-    with ProcessPoolExecutor(max_workers=WORKERS) as pool:
-        outcomes = list(pool.map(run, *zip(*jobs, strict=True))) if jobs else []
-    ok = True
-    updates: dict[str, dict] = {}
-    for path in chapters:
-        slug = path.stem
-        mine = [o for (p, _, _), o in zip(jobs, outcomes, strict=True) if p == path]
-        entry = updates.setdefault(slug, {})
-        if args.what == "seeds":
-            entry["seeds"] = {"hash": content_hash(path), **summarize_seeds(mine)}
-            for claim in entry["seeds"]["claims"]:
-                must = claim["must_hold"]
-                weak = must and claim["held"] < MIN_SEEDS_HELD
-                ok &= not weak
-                margin = claim["worst_margin"]
-                worst = "" if margin is None else f", worst margin {margin:+.0%}"
-                flag = "  TOO FEW" if weak else ""
-                held = f"{claim['held']}/{claim['of']} seeds"
-                print(f"{slug}: {held}{worst}: {claim['statement']}{flag}")
-            for seed, error in entry["seeds"]["crashed"].items():
-                ok = False
-                print(f"{slug}: seed {seed} CRASHED: {error}")
-        else:
-            descriptions = dict(mutants_of(slug))
-            entry["mutants"] = {
-                "hash": content_hash(path),
-                "results": [summarize_mutant(o, descriptions[o["mutant"]]) for o in mine],
-            }
-            for result in entry["mutants"]["results"]:
-                ok &= result["outcome"] == "caught"
-                detail = "; ".join(result["failed_claims"]) or result["error"]
-                print(f"{slug}: mutant {result['name']}: {result['outcome'].upper()} ({detail})")
-    merge_into_results(updates)
-    seconds = time.perf_counter() - start
-    print(f"{len(jobs)} runs in {seconds:.0f} s; wrote {RESULTS.relative_to(book.ROOT)}")
-    return 0 if ok else 1
+    if args.stale:
+        current = [p for p in chapters if is_current(p, parts)]
+        for path in current:
+            print(f"{path.stem}: {' and '.join(parts)} current, not run again")
+        chapters = [p for p in chapters if p not in current]
+        if not chapters:
+            return 0
+    return 0 if sweep(parts, chapters, workers, args.timeout, args.out.resolve()) else 1
 
 
 if __name__ == "__main__":
