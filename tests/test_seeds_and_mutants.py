@@ -15,7 +15,6 @@ from seeds_and_mutants import (
     MIN_SEEDS_HELD,
     SEEDS,
     content_hash,
-    jobs_from_environment,
     must_hold,
     mutants_of,
     summarize_mutants,
@@ -227,10 +226,12 @@ def test_records_merge_per_chapter_and_keep_the_other_part(tmp_path):
 
 
 def test_jobs_come_from_the_environment(monkeypatch):
+    import kernels
+
     monkeypatch.delenv("JOBS", raising=False)
-    assert jobs_from_environment() == 2
+    assert kernels.jobs() == 2
     monkeypatch.setenv("JOBS", "3")
-    assert jobs_from_environment() == 3
+    assert kernels.jobs() == 3
     monkeypatch.setenv("JOBS", "zero")
     with pytest.raises(SystemExit, match="JOBS must be a whole number"):
-        jobs_from_environment()
+        kernels.jobs()

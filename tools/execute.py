@@ -1,4 +1,4 @@
-"""Execute the chapters that changed, two at a time, into the cache that the book build reads.
+"""Execute the chapters that changed, $JOBS at a time, into the cache that the book build reads.
 
     .venv/bin/python tools/execute.py      # run by `make book` before `jupyter-book build`
 
@@ -8,10 +8,10 @@ instead: a chapter is executed again when its code cells, the code of a module i
 (directly or through others), or its mutants changed (tools/behaviour.py), or when the cache has
 no execution of it; otherwise its cached execution stands. A prose edit therefore re-executes
 nothing, and an edit of `papernotes/batch_norm.py` re-executes the two chapters that import it.
-The chapters to run go two at a time (one single-threaded kernel per core, tools/kernels.py),
-with a line of progress for each; the build that follows runs with execute_notebooks "cache"
-(set by PAPERNOTES_EXECUTE, read by tools/book_ext.py) and takes every chapter's outputs from
-_build/.jupyter_cache.
+The chapters to run go $JOBS at a time (two by default: one single-threaded kernel per core,
+tools/kernels.py), with a line of progress for each; the build that follows runs with
+execute_notebooks "cache" (set by PAPERNOTES_EXECUTE, read by tools/book_ext.py) and takes every
+chapter's outputs from _build/.jupyter_cache.
 
 Each execution writes its chapter's claims record into _build/records (for the scoreboard); a
 copy is kept beside the cache, so a chapter that is not re-executed still has its record.
@@ -43,7 +43,6 @@ KEYS = CACHE / "papernotes-behaviour.json"
 KEPT_RECORDS = CACHE / "papernotes-records"
 RECORDS = book.ROOT / "_build" / "records"
 TIMEOUT_S = 300  # a cell; as nbval's, so that a hang fails within minutes
-WORKERS = 2
 
 
 def run(path: Path) -> tuple[str, str | None, float]:
@@ -123,7 +122,7 @@ def main() -> int:
         file=sys.stderr,
     )
     start, failed = time.perf_counter(), []
-    for done, (path, result, failure) in enumerate(kernels.in_parallel(run, stale, WORKERS), 1):
+    for done, (path, result, failure) in enumerate(kernels.in_parallel(run, stale), 1):
         if failure is not None:
             failed.append(path.stem)
             kernels.progress(done, len(stale), start, f"FAILED {failure}")

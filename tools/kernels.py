@@ -243,11 +243,27 @@ def _running_cell(nb) -> int | None:
     return started[-1] if started else None
 
 
-def in_parallel(work, paths: list[Path], workers: int = 2):
-    """Run `work(path)` for each chapter, `workers` at a time (one single-threaded kernel per
-    core); yields (path, result, failure) as each ends, failure a ChapterFailed or None."""
+DEFAULT_JOBS = 2
+
+
+def jobs(default: int = DEFAULT_JOBS) -> int:
+    """How many chapters execute at once: $JOBS (the Makefile's `JOBS=N`), else two, one
+    single-threaded kernel per core. Every tool that executes chapters reads it here."""
+    text = os.environ.get("JOBS", "").strip()
+    if not text:
+        return default
+    if not text.isdigit() or int(text) < 1:
+        raise SystemExit(f"JOBS must be a whole number of at least 1; got {text!r}")
+    return int(text)
+
+
+def in_parallel(work, paths: list[Path], workers: int | None = None):
+    """Run `work(path)` for each chapter, `workers` at a time ($JOBS by default, one
+    single-threaded kernel per core); yields (path, result, failure) as each ends, failure a
+    ChapterFailed or None."""
     from concurrent.futures import ProcessPoolExecutor, as_completed
 
+    workers = jobs() if workers is None else workers
     with ProcessPoolExecutor(max_workers=workers) as pool:
         futures = {pool.submit(work, path): path for path in paths}
         for future in as_completed(futures):

@@ -49,7 +49,6 @@ VARIANTS = {
 SAVED = book.ROOT / "_build" / "portable"  # each run, to read or diff: <slug>.<variant>.ipynb
 MIN_CHECKED = 2
 CHECK_CALL = "claims.check()"
-WORKERS = 2
 
 
 def _patterns() -> list[tuple[str, str]]:
@@ -144,7 +143,7 @@ def main(argv=None) -> int:
     SAVED.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
     runs: dict[Path, list] = {}
-    with ProcessPoolExecutor(max_workers=WORKERS) as pool:
+    with ProcessPoolExecutor(max_workers=kernels.jobs()) as pool:
         futures = [pool.submit(run_variant, *job) for job in jobs]
         for done, (job, name, future) in enumerate(zip(jobs, names, futures, strict=True), 1):
             text = future.result()

@@ -36,7 +36,6 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
-import os
 import sys
 import tempfile
 import time
@@ -56,7 +55,6 @@ MUTANTS_DIR = book.ROOT / "tests" / "mutants"
 # Held out: the committed run is seed 0, and a design may use any seed but these five.
 SEEDS = (1000, 1001, 1002, 1003, 1004)
 CHECK_CALL = "claims.check()"
-DEFAULT_JOBS = 2
 EXECUTION_TIMEOUT_S = 600
 PARTS = {"seeds": ("seeds",), "mutants": ("mutants",), "sweep": ("seeds", "mutants")}
 
@@ -67,16 +65,6 @@ def content_hash(path: Path) -> str:
     """What the chapter's results depend on: its code cells, the code of every papernotes module
     it imports (docstrings and comments aside) and its mutants (tools/behaviour.py)."""
     return behaviour.behaviour_hash(path)
-
-
-def jobs_from_environment(default: int = DEFAULT_JOBS) -> int:
-    """$JOBS as a count of parallel executions (every tool that executes chapters reads it)."""
-    text = os.environ.get("JOBS", "").strip()
-    if not text:
-        return default
-    if not text.isdigit() or int(text) < 1:
-        raise SystemExit(f"JOBS must be a whole number of at least 1; got {text!r}")
-    return int(text)
 
 
 def mutants_of(slug: str) -> list[tuple[str, str]]:
@@ -307,7 +295,7 @@ def main(argv=None) -> int:
         if len(args.chapters) != 1:
             parser.error("compare takes one folder: the fresh sweep's records")
         return compare_with_committed(args.chapters[0].resolve(), args.committed.resolve())
-    workers = args.jobs if args.jobs is not None else jobs_from_environment()
+    workers = args.jobs if args.jobs is not None else kernels.jobs()
     if workers < 1:
         parser.error(f"--jobs must be at least 1; got {workers}")
     parts = PARTS[args.what]
