@@ -232,12 +232,13 @@ class Run:
 
 def train_classifier(
     model: nn.Module,
-    train_y: torch.Tensor,
+    train_y: torch.Tensor | None,
     optimizer: torch.optim.Optimizer,
     steps: int,
     *,
     batches: Iterator[torch.Tensor],
     logits_of: Callable[[torch.Tensor], torch.Tensor],
+    targets_of: Callable[[torch.Tensor], torch.Tensor] | None = None,
     extra_loss: Callable[[torch.Tensor], torch.Tensor] | None = None,
     evaluate: Callable[[], dict[str, float]] | None = None,
     eval_every: int | None = None,
@@ -249,14 +250,24 @@ def train_classifier(
 
     Update i draws the row indices `index = next(batches)`, computes `logits_of(index)` (for a
     plain classifier `model(train_x[index])`; a recurrent one adds its initial state) and the
-    cross-entropy against `train_y[index]`, plus `extra_loss(index)` when given (a penalty of
-    the paper's). `evaluate`, `eval_every`, `clip` and `desc` are `train`'s.
+    cross-entropy against the batch's targets, plus `extra_loss(index)` when given (a penalty of
+    the paper's). The targets are `train_y[index]`: class labels, shape (N,), or soft targets,
+    shape (N, C), each row a probability distribution over the classes (label smoothing,
+    distillation). A paper whose targets are made per update (mixup mixes pairs of examples and
+    their labels) passes `targets_of(index)` instead, returning (B,) labels or (B, C)
+    probabilities, and `train_y=None`; it is called after `logits_of(index)`, so the two can
+    share the update's draw. `evaluate`, `eval_every`, `clip` and `desc` are `train`'s.
     """
-    checks.tensor("train_y", train_y, "(N,)")
+    if (train_y is None) == (targets_of is None):
+        raise ValueError("give the targets once: train_y (a tensor) or targets_of (a function)")
+    if train_y is not None:
+        _check_targets("train_y", train_y)
 
     def loss_of_update(_: int) -> torch.Tensor:
         index = next(batches)
-        loss = F.cross_entropy(logits_of(index), train_y[index])
+        logits = logits_of(index)
+        targets = train_y[index] if targets_of is None else targets_of(index)
+        loss = F.cross_entropy(logits, targets)
         return loss if extra_loss is None else loss + extra_loss(index)
 
     return train(
@@ -269,6 +280,19 @@ def train_classifier(
         clip=clip,
         desc=desc,
     )
+
+
+def _check_targets(name: str, targets: torch.Tensor) -> None:
+    """Class labels (N,) of an integer type, or soft targets (N, C) whose rows are
+    probability distributions."""
+    if isinstance(targets, torch.Tensor) and targets.dim() == 2:
+        checks.tensor(name, targets, "(N, C)", dtype="floating")
+        if (targets < 0).any() or not torch.allclose(
+            targets.sum(dim=1), torch.ones(len(targets), dtype=targets.dtype), atol=1e-5
+        ):
+            raise ValueError(f"{name}: soft targets must be non-negative rows that sum to 1")
+        return
+    checks.tensor(name, targets, "(N,)")
 
 
 def mlp(

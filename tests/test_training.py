@@ -255,3 +255,48 @@ def test_mlp_layers_in_order_and_init_layer_by_layer():
     assert torch.equal(a[0].weight, first.weight) and torch.equal(a[2].weight, second.weight)
     with pytest.raises(ValueError, match="widths"):
         mlp([4])
+
+
+def _fitted(targets=None, targets_of=None, steps=30):
+    from papernotes.data import minibatches
+    from papernotes.training import generator, seeded, train_classifier
+
+    x = torch.randn(120, 2, generator=torch.Generator().manual_seed(0))
+    with seeded(0):
+        model = torch.nn.Linear(2, 2)
+    train_classifier(
+        model,
+        targets,
+        torch.optim.SGD(model.parameters(), lr=0.5),
+        steps,
+        batches=minibatches(120, 40, generator(0, 1)),
+        logits_of=lambda index: model(x[index]),
+        targets_of=None if targets_of is None else lambda index: targets_of(x, index),
+    )
+    return model.weight.detach().clone(), x
+
+
+def test_train_classifier_takes_soft_targets_and_per_update_targets():
+    labels = (torch.randn(120, generator=torch.Generator().manual_seed(1)) > 0).long()
+    hard, _ = _fitted(labels)
+    # one-hot rows are the labels again: the same updates, the same weights
+    one_hot, _ = _fitted(torch.nn.functional.one_hot(labels, 2).float())
+    assert torch.allclose(hard, one_hot, atol=1e-6)
+    # smoothed targets pull less hard: smaller weights than the labels give
+    smooth, _ = _fitted(0.8 * torch.nn.functional.one_hot(labels, 2).float() + 0.1)
+    assert smooth.abs().sum() < hard.abs().sum()
+    # targets made per update (a mixup-style batch) reach the loss, and the labels are unused
+    made, _ = _fitted(targets_of=lambda x, index: (x[index, 0] > 0).long())
+    wanted = made[1, 0] - made[0, 0]
+    assert wanted > 0.5  # it learnt the sign of the first input, not the random labels
+
+
+def test_train_classifier_rejects_targets_given_twice_or_not_distributions():
+    with pytest.raises(ValueError, match="give the targets once"):
+        _fitted(torch.zeros(120).long(), targets_of=lambda x, index: x[index, 0].long())
+    with pytest.raises(ValueError, match="give the targets once"):
+        _fitted(None)
+    with pytest.raises(ValueError, match="rows that sum to 1"):
+        _fitted(torch.full((120, 2), 0.7))
+    with pytest.raises(TypeError, match="train_y"):
+        _fitted(torch.ones(120, 2, dtype=torch.long))
