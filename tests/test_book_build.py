@@ -143,4 +143,5 @@ def test_the_scoreboard_is_built_from_this_builds_records(built_book):
         assert f'href="chapters/{page.stem}.html"' in text
     assert f"{len(pages)} of {len(pages)} chapters checked." in text
     assert "checks of the book" in text  # Sphinx curls the apostrophe
-    assert text.count("<tr") == claims + len(pages)  # a header row and a row per claim
+    # the overview: a header and a row per chapter; each chapter: a header and a row per claim
+    assert text.count("<tr") == (1 + len(pages)) + claims + len(pages)

@@ -1,4 +1,5 @@
-"""The scoreboard page's tables, from claim records and the seeds-and-mutants results."""
+"""The scoreboard page, from claim records and the seeds-and-mutants records: the overview on
+top, one section a chapter, each claim's evidence folded into its row."""
 
 import json
 
@@ -9,7 +10,8 @@ import seeds_and_mutants
 CHAPTERS = book.toc_chapters()
 
 
-def claim(statement, status="reproduced", holds=True, margin=0.5, thin=False, kind="paper"):
+def claim(statement, status="reproduced", holds=True, margin=0.5, thin=False, kind="paper", **more):
+    must = status not in ("not reproduced", "not run")
     return {
         "statement": statement,
         "kind": kind,
@@ -19,7 +21,15 @@ def claim(statement, status="reproduced", holds=True, margin=0.5, thin=False, ki
         "holds": holds,
         "margin": margin,
         "thin": thin,
-        "must_hold": status not in ("not reproduced", "not run"),
+        "must_hold": must,
+        "failed": must and not holds,
+        "op": ">=" if margin is not None else None,
+        "measured": 0.9,
+        "bound": 0.6,
+        "bound_from": "noise",
+        "bound_why": "two SE",
+        "nulls": [{"name": "untrained", "measured": 0.5, "holds": False}],
+        **more,
     }
 
 
@@ -38,7 +48,15 @@ def write_records(folder, claims_by_chapter):
         (folder / f"{slug}.json").write_text(json.dumps(record))
 
 
-def test_the_summary_counts_every_status_and_each_chapter_gets_a_table(tmp_path):
+def seeds_entry(path, *held, margins=None):
+    rows = [
+        {"statement": s, "must_hold": True, "held": h, "of": 5, "margins": margins or [0.2] * 5}
+        for s, h in held
+    ]
+    return {"hash": seeds_and_mutants.content_hash(path), "claims": rows}
+
+
+def test_the_summary_counts_every_status_and_each_chapter_gets_a_section(tmp_path):
     first, *others = [p.stem for p in CHAPTERS]
     write_records(
         tmp_path / "records",
@@ -51,19 +69,13 @@ def test_the_summary_counts_every_status_and_each_chapter_gets_a_table(tmp_path)
             **{slug: [claim("x", margin=None)] for slug in others},
         },
     )
-    current = seeds_and_mutants.content_hash(CHAPTERS[0])
+    seeds = seeds_entry(CHAPTERS[0], ("a", 5), ("b", 4), ("c", 0))
+    seeds["claims"][2]["must_hold"] = False  # not reproduced: it need not hold
     results = write_results(
         tmp_path / "results",
         {
             first: {
-                "seeds": {
-                    "hash": current,
-                    "claims": [
-                        {"held": 5, "of": 5},
-                        {"held": 4, "of": 5},
-                        {"held": 0, "of": 5},
-                    ],
-                },
+                "seeds": seeds,
                 "mutants": {
                     "hash": "old",
                     "results": [
@@ -72,16 +84,16 @@ def test_the_summary_counts_every_status_and_each_chapter_gets_a_table(tmp_path)
                             "breaks": "stats never updated",
                             "outcome": "caught",
                             "failed_claims": ["b"],
+                            "moved_nulls": [],
                         },
-                        {"name": "m2", "breaks": "", "outcome": "survived"},
+                        {"name": "m2", "breaks": "", "outcome": "survived", "failed_claims": []},
                     ],
                 },
             }
         },
     )
     page = scoreboard.markdown(tmp_path / "records", results)
-    total = 3 + len(others)
-    checked = 1 + len(others)
+    total, checked = 3 + len(others), 1 + len(others)
     assert page.startswith(
         f"**{checked} of {len(CHAPTERS)} chapters checked.** {total} claims of the papers: "
         f"{1 + len(others)} reproduced, 1 reproduced as an analog, 1 not reproduced, 0 not run; "
@@ -91,29 +103,60 @@ def test_the_summary_counts_every_status_and_each_chapter_gets_a_table(tmp_path)
     for path in CHAPTERS:
         assert f"## {scoreboard.chapter_title(path)}\n" in page
         assert f"{{doc}}`Read the chapter <chapters/{path.stem}>`" in page
-    assert "| a | reproduced | p \\| q | o | +50% | holds on 5 of 5 |" in page
-    assert "| b | analog | p \\| q | o | +5% (thin) | holds on 4 of 5 | — | m1 |" in page
-    assert "| a | reproduced | p \\| q | o | +50% | holds on 5 of 5 | — | — |" in page
+        assert f"{{doc}}`{scoreboard.short_title(path)} <chapters/{path.stem}>`" in page
+    # the overview comes first, a row per chapter
+    assert page.index("## The book at a glance") < page.index(
+        f"## {scoreboard.chapter_title(CHAPTERS[0])}"
+    )
+    assert "| 1 | 1 | 1 | 0 | 0 | yes | 2 of 2 | 1 of 2 (stale) | 12 s |" in page
+    assert page.count("<svg") == 1 and page.count('class="pn-scoreboard"') == len(CHAPTERS)
+    # a claim's row: statement, status, margin, seeds with their strip, catches; the rest folded
+    assert '<td data-label="claim">b<details><summary>what it rests on</summary>' in page
+    assert "<li><em>paper</em>: p | q</li>" in page
+    assert "<li><em>null</em>: untrained: 0.5 (fails)</li>" in page
+    assert "<li><em>condition</em>: 0.9 &gt;= 0.6 (noise: two SE)</li>" in page
+    assert '<td data-label="margin">+5% (thin)</td><td data-label="seeds">4 of 5<br>' in page
+    assert '<td data-label="catches">m1</td>' in page
     # the headline (first row) fails for no mutant: the page says so, under the chapter and on top
     assert "**The headline (the first claim of the paper) catches none of the broken" in page
-    assert (
-        f"Headlines that catch no broken mechanism: 1 of {len(CHAPTERS)} chapters ({first})."
-        in page
-    )
-    assert "| c | not reproduced | p \\| q | o | -30% | holds on 0 of 5 |" in page
+    assert f"Headlines that catch no broken mechanism: 1 of {checked} chapters ({first})." in page
     assert "caught 1 of 2 (stale: the chapter changed since)." in page
     assert "- stats never updated (caught)\n- m2 (survived)" in page
     assert page.count("Broken mechanisms: not run.") == len(others)
+    assert "The claims standard: headline beats its nulls: yes; bounds from the paper 0" in page
 
 
-def test_a_failing_claim_and_a_missing_record_show(tmp_path):
+def test_a_failing_claim_a_passing_null_a_waiver_and_a_missing_record_show(tmp_path):
     first = CHAPTERS[0].stem
-    write_records(tmp_path / "records", {first: [claim("a", holds=False, margin=-0.1)]})
+    passing = [{"name": "untrained network", "measured": 0.86, "holds": True}]
+    write_records(
+        tmp_path / "records",
+        {
+            first: [
+                claim("a", holds=False, margin=-0.1),
+                claim("d", "not reproduced", nulls=passing),
+                claim("w", waiver="nulls to come", nulls=[]),
+            ]
+        },
+    )
     page = scoreboard.markdown(tmp_path / "records", tmp_path / "absent")
-    assert "; **1 failing**." in page and "**reproduced, FAILS**" in page
-    assert "| not run |" in page
+    assert "; **1 failing**." in page and "<strong>reproduced, FAILS</strong>" in page
+    assert "untrained network: 0.86 (passes too)" in page
+    assert "rows a null passes too: 1" in page and "waived rows: 1" in page
+    assert "Rows that do not meet the claims standard yet (waived): 1." in page
+    assert f"- {first}: w (nulls to come)" in page
+    assert "not run" in page
     if len(CHAPTERS) > 1:
         assert "has not been executed in this build" in page
+
+
+def test_the_headline_verdict_on_its_nulls():
+    assert scoreboard.headline_null_verdict(claim("a")) == "yes"
+    passes = [{"name": "n", "measured": 0.9, "holds": True}]
+    assert scoreboard.headline_null_verdict(claim("a", nulls=passes)) == "no"
+    assert scoreboard.headline_null_verdict(claim("a", nulls=[])) == "no null"
+    assert scoreboard.headline_null_verdict(claim("a", nulls=[], waiver="w")) == "waived"
+    assert scoreboard.headline_null_verdict(None) == "no headline"
 
 
 def test_kinds_are_counted_apart_and_margins_drawn(tmp_path):
@@ -128,23 +171,14 @@ def test_kinds_are_counted_apart_and_margins_drawn(tmp_path):
             ]
         },
     )
-    seeds = [
-        {"held": 5, "of": 5, "margins": [0.0, 0.05, 0.3, 0.3, 1.5]},
-        {"held": 5, "of": 5, "margins": [0.2] * 5},
-        {"held": 0, "of": 5, "margins": [None] * 5},
-    ]
-    results = write_results(
-        tmp_path / "results",
-        {first: {"seeds": {"hash": seeds_and_mutants.content_hash(CHAPTERS[0]), "claims": seeds}}},
-    )
+    seeds = seeds_entry(CHAPTERS[0], ("headline", 5), ("control", 5), ("cart-pole", 0))
+    seeds["claims"][0]["margins"] = [0.0, 0.05, 0.3, 0.3, 1.5]
+    seeds["claims"][2]["margins"] = [None] * 5
+    results = write_results(tmp_path / "results", {first: {"seeds": seeds}})
     page = scoreboard.markdown(tmp_path / "records", results)
-    assert (
-        "1 claims of the papers: 1 reproduced, 0 reproduced as an analog, 0 not reproduced"
-        not in page
-    )
     assert "2 claims of the papers: 1 reproduced" in page and "1 not run; and 1 checks" in page
     assert "FAILS" not in page  # a row not run never fails
-    # threshold at slot 10 of 31 (margin 0), one seed per 5%: 0 and 5% side by side, two at 30%,
-    # one past the right edge
-    assert "`" + "-" * 10 + "●●····2" + "·" * 13 + "●`" in page
-    assert "`" + "-" * 10 + "┃···5" + "·" * 16 + "`" in page
+    # threshold at place 5 of 16 (margin 0), 10% a place: 0 and 5% round to places 5 and 6
+    # (so side by side), two at 30%, one past the right edge
+    assert ">" + "-" * 5 + "●●·2" + "·" * 6 + "●</code>" in page
+    assert ">" + "-" * 5 + "┃·5" + "·" * 8 + "</code>" in page

@@ -1,19 +1,23 @@
 """The book's reproduction scoreboard: every chapter's claims, as its last execution checked them.
 
-The page `scoreboard.md` holds the explanation; tools/book_ext.py appends the tables written
-here while the book builds, from
+The page `scoreboard.md` holds the explanation; tools/book_ext.py appends what is written here
+while the book builds, from
 
 - the claim records of the execution that builds the book (_build/records/<slug>.json, written
   by each chapter's `claims.check()`: by nbval's kernels in the test command, by
   tools/execute.py in `make book`), and
-- the committed seeds-and-mutants records (tests/seeds_and_mutants/<slug>.json, from `make seeds`
-  and `make mutants`), marked stale where the chapter or its module changed since they ran.
+- the committed seeds-and-mutants records (tests/seeds_and_mutants/<slug>.json, from `make
+  sweep`), marked stale where the chapter or its module changed since they ran.
 
-So the page cannot disagree with the chapters it summarises.
+So the page cannot disagree with the chapters it summarises. It opens with the whole book on
+one screen (a picture and a compact table, a row per chapter), then one section per chapter
+whose table fits the text column: each claim's paper, ours, nulls, bound and arms fold into its
+row, and the seeds' margins stay in view.
 """
 
 from __future__ import annotations
 
+import html
 import json
 from pathlib import Path
 
@@ -23,7 +27,15 @@ import sweep_records
 
 from papernotes.claims import CHECK, PAPER, STATUSES
 
-STRIP_FROM, STRIP_TO, STRIP_SLOTS = -0.5, 1.0, 31  # margins from -50% to +100%, 5% a slot
+# The seeds' margins from -50% to +100%, 10% a place: the threshold (margin 0) is place 5.
+STRIP_FROM, STRIP_TO, STRIP_SLOTS = -0.5, 1.0, 16
+# Okabe and Ito's colour-blind-safe palette, one colour a status (the page's legend names them).
+STATUS_COLOURS = {
+    "reproduced": "#009E73",
+    "analog": "#56B4E9",
+    "not reproduced": "#E69F00",
+    "not run": "#BBBBBB",
+}
 
 
 def load_records(records: Path) -> dict[str, dict]:
@@ -36,20 +48,105 @@ def load_records(records: Path) -> dict[str, dict]:
 
 
 def markdown(records_dir: Path, results_dir: Path = sweep_records.RECORDS) -> str:
-    """The scoreboard's summary line and one table per chapter, as MyST markdown."""
+    """The scoreboard's summary, its overview and one section per chapter, as MyST markdown."""
     records = load_records(records_dir)
     results = sweep_records.load_all(results_dir) if results_dir.is_dir() else {}
     chapters = book.toc_chapters()
+    summaries = [summary(p, records.get(p.stem), results.get(p.stem, {})) for p in chapters]
+    lines = [*summary_lines(records, chapters, results), *overview(summaries)]
+    for path, chapter in zip(chapters, summaries, strict=True):
+        lines += chapter_section(path, records.get(path.stem), results.get(path.stem, {}), chapter)
+    return "\n".join(lines) + "\n"
+
+
+# -- one chapter in numbers ----------------------------------------------------------------------
+
+
+def summary(path: Path, record: dict | None, result: dict) -> dict:
+    """What the overview shows of one chapter."""
+    found = {"slug": path.stem, "title": short_title(path), "record": record is not None}
+    if record is None:
+        return found
+    claims = record["claims"]
+    paper = [c for c in claims if c.get("kind", PAPER) == PAPER]
+    current = seeds_and_mutants.content_hash(path)
+    seeds, mutants = result.get("seeds"), result.get("mutants")
+    must = [c for c in (seeds or {}).get("claims", []) if sweep_records.must_hold(c)]
+    outcomes = (mutants or {}).get("results", [])
+    first = headline(claims)
+    found.update(
+        {
+            "counts": {s: sum(c["status"] == s for c in paper) for s in STATUSES},
+            "checks": sum(c.get("kind") == CHECK for c in claims),
+            "headline": first,
+            "headline_null": headline_null_verdict(first),
+            "headline_catches": bool(first and catching(first["statement"], mutants)),
+            "seeds": None
+            if seeds is None
+            else (sum(c["held"] >= sweep_records.MIN_SEEDS_HELD for c in must), len(must)),
+            "seeds_stale": seeds is not None and seeds["hash"] != current,
+            "caught": None
+            if mutants is None
+            else (sum(r["outcome"] == "caught" for r in outcomes), len(outcomes)),
+            "mutants_stale": mutants is not None and mutants["hash"] != current,
+            "waived": sum(bool(c.get("waiver")) for c in claims),
+            "null_passes": sum(sweep_records.null_passed(c) for c in claims),
+            "bounds": {
+                source: sum(c.get("bound_from") == source for c in claims)
+                for source in ("paper", "derived", "noise")
+            },
+            "unsourced": sum(c.get("op") is not None and not c.get("bound_from") for c in claims),
+            "seconds": record["seconds"],
+        }
+    )
+    return found
+
+
+def headline(claims: list[dict]) -> dict | None:
+    """The chapter's headline: its first claim of the paper that must hold (checks of the
+    book's own aside; a result not reproduced or not run cannot vouch for the mechanism)."""
+    return next(
+        (c for c in claims if c.get("kind", PAPER) == PAPER and sweep_records.must_hold(c)),
+        None,
+    )
+
+
+def headline_null_verdict(claim: dict | None) -> str:
+    """Does the headline beat its nulls? "yes", "no" (a null passes), "waived" or "no null"."""
+    if claim is None:
+        return "no headline"
+    nulls = claim.get("nulls", [])
+    if any(n["holds"] for n in nulls):
+        return "no"
+    if not nulls:
+        return "waived" if claim.get("waiver") else "no null"
+    return "waived" if claim.get("waiver") else "yes"
+
+
+def catching(statement: str, mutants: dict | None) -> list[str]:
+    """The broken mechanisms that made this claim fail (tests/mutants/<slug>.py, make mutants)."""
+    results = (mutants or {}).get("results", [])
+    return [r["name"] for r in results if statement in r.get("failed_claims", [])]
+
+
+def headline_catches_none(record: dict | None, mutants: dict | None) -> bool:
+    """The paper's headline fails for none of the chapter's broken mechanisms: only another row
+    stands between a wrong mechanism and a green chapter."""
+    first = headline(record["claims"]) if record else None
+    if first is None or not mutants:
+        return False
+    return not catching(first["statement"], mutants)
+
+
+# -- the top of the page -------------------------------------------------------------------------
+
+
+def summary_lines(records: dict, chapters: list[Path], results: dict) -> list[str]:
     claims = [c for r in records.values() for c in r["claims"]]
     paper = [c for c in claims if c.get("kind", PAPER) == PAPER]
     checks = [c for c in claims if c.get("kind") == CHECK]
     count = {s: sum(c["status"] == s for c in paper) for s in STATUSES}
-    failing = sum(seeds_and_mutants.must_hold(c) and not c["holds"] for c in claims)
-    weak_headlines = [
-        p.stem
-        for p in chapters
-        if headline_catches_none(records.get(p.stem), results.get(p.stem, {}).get("mutants"))
-    ]
+    failing = sum(sweep_records.failed(c) for c in claims)
     lines = [
         # The book's chapters are the ones _toc.yml lists: nothing here counts them by hand.
         f"**{len(records)} of {len(chapters)} chapters checked.** {len(paper)} claims of the "
@@ -59,18 +156,119 @@ def markdown(records_dir: Path, results_dir: Path = sweep_records.RECORDS) -> st
         + (f"; **{failing} failing**." if failing else "."),
         "",
     ]
-    if weak_headlines:
+    weak = [
+        p.stem for p in chapters if headline_catches_none(records.get(p.stem), _mutants(results, p))
+    ]
+    if weak:
         lines += [
-            f"Headlines that catch no broken mechanism: {len(weak_headlines)} of "
-            f"{len(records)} chapters ({', '.join(weak_headlines)}).",
+            f"Headlines that catch no broken mechanism: {len(weak)} of "
+            f"{len(records)} chapters ({', '.join(weak)}).",
             "",
         ]
-    for path in chapters:
-        lines += chapter_section(path, records.get(path.stem), results.get(path.stem, {}))
-    return "\n".join(lines) + "\n"
+    waived = [(slug, c) for slug, r in records.items() for c in r["claims"] if c.get("waiver")]
+    if waived:
+        lines += [
+            f"Rows that do not meet the claims standard yet (waived): {len(waived)}.",
+            "",
+            *(f"- {slug}: {c['statement']} ({c['waiver']})" for slug, c in waived),
+            "",
+        ]
+    return lines
 
 
-def chapter_section(path: Path, record: dict | None, result: dict) -> list[str]:
+def _mutants(results: dict, path: Path) -> dict | None:
+    return results.get(path.stem, {}).get("mutants")
+
+
+def overview(summaries: list[dict]) -> list[str]:
+    """The whole book on one screen: a picture, then a compact table, a row per chapter."""
+    header = (
+        "| chapter | reproduced | analog | not repr. | not run | checks | headline beats its "
+        "null | rows on 4 of 5 seeds | broken caught | run time |"
+    )
+    rows = [header, "|" + "---|" * 10]
+    for s in summaries:
+        link = f"{{doc}}`{s['title']} <chapters/{s['slug']}>`"
+        if not s["record"]:
+            rows.append(f"| {link} | | | | | | not executed in this build | | | |")
+            continue
+        counts = s["counts"]
+        cells = [
+            link,
+            counts["reproduced"],
+            counts["analog"],
+            counts["not reproduced"],
+            counts["not run"],
+            s["checks"],
+            s["headline_null"],
+            _fraction(s["seeds"], s["seeds_stale"]),
+            _fraction(s["caught"], s["mutants_stale"]),
+            f"{s['seconds']:.0f} s",
+        ]
+        rows.append("| " + " | ".join(_cell(c) for c in cells) + " |")
+    return [
+        "## The book at a glance",
+        "",
+        "```{raw} html",
+        overview_svg(summaries),
+        "```",
+        "",
+        "```{container} pn-overview",
+        *rows,
+        "```",
+        "",
+    ]
+
+
+def _fraction(pair: tuple[int, int] | None, stale: bool) -> str:
+    if pair is None:
+        return "not run"
+    return f"{pair[0]} of {pair[1]}" + (" (stale)" if stale else "")
+
+
+def overview_svg(summaries: list[dict]) -> str:
+    """A bar a chapter, its paper's claims by status, and a mark for the headline and its null:
+    colour-blind-safe colours, text in the page's own colour (light or dark)."""
+    row_h, label_w, bar_w, unit = 22, 190, 330, 14
+    shown = [s for s in summaries if s["record"]]
+    height = row_h * (len(shown) + 1) + 8
+    width = label_w + bar_w + 150
+    parts = [
+        f'<svg class="pn-overview-chart" role="img" viewBox="0 0 {width} {height}" '
+        f'width="100%" xmlns="http://www.w3.org/2000/svg" font-size="12" fill="currentColor">',
+        "<title>Each chapter's claims of its paper by status, and whether its headline beats "
+        "its nulls</title>",
+    ]
+    x = label_w
+    for status, colour in STATUS_COLOURS.items():
+        parts.append(f'<rect x="{x}" y="4" width="10" height="10" fill="{colour}"/>')
+        parts.append(f'<text x="{x + 14}" y="13">{html.escape(status)}</text>')
+        x += 14 + 7 * len(status) + 14
+    for i, s in enumerate(shown, start=1):
+        y = row_h * i + 6
+        title = html.escape(s["title"])
+        parts.append(f'<text x="{label_w - 8}" y="{y + 12}" text-anchor="end">{title}</text>')
+        x = label_w
+        for status, colour in STATUS_COLOURS.items():
+            n = s["counts"][status]
+            if n:
+                parts.append(
+                    f'<rect x="{x}" y="{y + 2}" width="{n * unit - 1}" height="14" '
+                    f'fill="{colour}"><title>{n} {html.escape(status)}</title></rect>'
+                )
+                x += n * unit
+        mark = {"yes": "✓ beats its nulls", "no": "✗ a null passes"}.get(
+            s["headline_null"], f"· {s['headline_null']}"
+        )
+        parts.append(f'<text x="{label_w + bar_w + 8}" y="{y + 12}">{html.escape(mark)}</text>')
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+# -- one section a chapter -----------------------------------------------------------------------
+
+
+def chapter_section(path: Path, record: dict | None, result: dict, numbers: dict) -> list[str]:
     slug = path.stem
     lines = [f"## {chapter_title(path)}", "", f"{{doc}}`Read the chapter <chapters/{slug}>`", ""]
     if record is None:
@@ -78,35 +276,84 @@ def chapter_section(path: Path, record: dict | None, result: dict) -> list[str]:
     current = seeds_and_mutants.content_hash(path)
     seeds, mutants = result.get("seeds"), result.get("mutants")
     seeds_stale = seeds is not None and seeds["hash"] != current
-    held = {i: c for i, c in enumerate(seeds["claims"])} if seeds else {}
+    held = dict(enumerate(seeds["claims"])) if seeds else {}
     lines += [
         f"Run time: {record['seconds']:.0f} s from the setup cell to the claim check "
         f"(seed {record['seed']}).",
         "",
         *_mutants_lines(mutants, current),
         "",
+        *_standard_lines(numbers),
         *_headline_lines(record, mutants),
-        "| claim | status | paper | ours | margin | seeds | margins on the seeds | catches |",
-        "|---|---|---|---|---|---|---|---|",
+        "```{raw} html",
+        claims_table(record["claims"], held, seeds_stale, mutants),
+        "```",
+        "",
     ]
-    for i, claim in enumerate(record["claims"]):
-        seeds_cell = "not run"
-        if i in held:
-            seeds_cell = f"holds on {held[i]['held']} of {held[i]['of']}"
-            seeds_cell += " (stale)" if seeds_stale else ""
+    return lines
+
+
+def claims_table(claims: list[dict], held: dict, stale: bool, mutants: dict | None) -> str:
+    head = "".join(f"<th>{h}</th>" for h in ("claim", "status", "margin", "seeds", "catches"))
+    rows = []
+    for i, claim in enumerate(claims):
+        status = html.escape(claim["status"])
+        if sweep_records.failed(claim):
+            status = f"<strong>{status}, FAILS</strong>"
         margin = "—" if claim["margin"] is None else f"{claim['margin']:+.0%}"
         if claim.get("thin"):
             margin += " (thin)"
-        status = claim["status"]
-        if not claim["holds"] and seeds_and_mutants.must_hold(claim):
-            status = f"**{status}, FAILS**"
-        catches = ", ".join(catching(claim["statement"], mutants)) or "—"
-        strip = strip_plot(held[i].get("margins", [])) if i in held else "—"
-        paper_cell = claim["paper"] or "the book's own check"
-        cells = [claim["statement"], status, paper_cell, claim["ours"], margin, seeds_cell]
-        cells += [strip, catches]
-        lines.append("| " + " | ".join(_cell(c) for c in cells) + " |")
-    return [*lines, ""]
+        seeds_cell = "not run"
+        if i in held:
+            seeds_cell = f"{held[i]['held']} of {held[i]['of']}" + (" (stale)" if stale else "")
+            seeds_cell = html.escape(seeds_cell)
+            seeds_cell += (
+                f'<br><code class="pn-strip">{strip_plot(held[i].get("margins", []))}</code>'
+            )
+        catches = html.escape(", ".join(catching(claim["statement"], mutants)) or "—")
+        cells = [
+            ("claim", claim_cell(claim)),
+            ("status", status),
+            ("margin", html.escape(margin)),
+            ("seeds", seeds_cell),
+            ("catches", catches),
+        ]
+        rows.append("<tr>" + "".join(f'<td data-label="{k}">{v}</td>' for k, v in cells) + "</tr>")
+    return (
+        f'<table class="pn-scoreboard"><thead><tr>{head}</tr></thead>'
+        f"<tbody>{''.join(rows)}</tbody></table>"
+    )
+
+
+def claim_cell(claim: dict) -> str:
+    """The statement, and folded beneath it what it rests on: the paper, ours, the condition,
+    the nulls, the bound's source, the arms' tuning, the waiver."""
+    details = [
+        ("paper", claim["paper"] or "the book's own check"),
+        ("ours", claim["ours"]),
+    ]
+    if claim.get("op"):
+        source = (
+            f" ({claim['bound_from']}: {claim['bound_why']})" if claim.get("bound_from") else ""
+        )
+        details.append(
+            ("condition", f"{claim['measured']:.4g} {claim['op']} {claim['bound']:.4g}{source}")
+        )
+    for null in claim.get("nulls", []):
+        value = null["measured"]
+        shown = ("passes" if value else "fails") if isinstance(value, bool) else f"{value:.4g}"
+        verdict = "passes too" if null["holds"] else "fails"
+        details.append(("null", f"{null['name']}: {shown} ({verdict})"))
+    for arm in claim.get("arms", []):
+        grid = "; ".join(f"{k} {v} → {arm['chosen'][k]}" for k, v in arm["grid"].items())
+        details.append(("arm", f"{arm['name']}: {grid} on {arm['split']}, {arm['budget']}"))
+    if claim.get("waiver"):
+        details.append(("waiver", claim["waiver"]))
+    items = "".join(f"<li><em>{k}</em>: {html.escape(str(v))}</li>" for k, v in details)
+    return (
+        f"{html.escape(claim['statement'])}<details><summary>what it rests on</summary>"
+        f"<ul>{items}</ul></details>"
+    )
 
 
 def strip_plot(margins: list) -> str:
@@ -122,7 +369,7 @@ def strip_plot(margins: list) -> str:
         counts[_slot(m)] = counts.get(_slot(m), 0) + 1
     for slot, n in counts.items():
         slots[slot] = "●" if n == 1 else str(n)
-    return "`" + "".join(slots) + "`"
+    return "".join(slots)
 
 
 def _slot(margin: float) -> int:
@@ -130,28 +377,19 @@ def _slot(margin: float) -> int:
     return round((clipped - STRIP_FROM) / (STRIP_TO - STRIP_FROM) * (STRIP_SLOTS - 1))
 
 
-def catching(statement: str, mutants: dict | None) -> list[str]:
-    """The broken mechanisms that made this claim fail (tests/mutants/<slug>.py, make mutants)."""
-    results = (mutants or {}).get("results", [])
-    return [r["name"] for r in results if statement in r.get("failed_claims", [])]
-
-
-def headline(claims: list[dict]) -> dict | None:
-    """The chapter's headline: its first claim of the paper that must hold (checks of the
-    book's own aside; a result not reproduced or not run cannot vouch for the mechanism)."""
-    return next(
-        (c for c in claims if c.get("kind", PAPER) == PAPER and seeds_and_mutants.must_hold(c)),
-        None,
-    )
-
-
-def headline_catches_none(record: dict | None, mutants: dict | None) -> bool:
-    """The paper's headline fails for none of the chapter's broken mechanisms: only another row
-    stands between a wrong mechanism and a green chapter."""
-    first = headline(record["claims"]) if record else None
-    if first is None or not mutants:
-        return False
-    return not catching(first["statement"], mutants)
+def _standard_lines(numbers: dict) -> list[str]:
+    bounds = numbers["bounds"]
+    parts = [
+        f"headline beats its nulls: {numbers['headline_null']}",
+        f"bounds from the paper {bounds['paper']}, derived {bounds['derived']}, "
+        f"from noise {bounds['noise']}"
+        + (f", with no source {numbers['unsourced']}" if numbers["unsourced"] else ""),
+    ]
+    if numbers["null_passes"]:
+        parts.append(f"rows a null passes too: {numbers['null_passes']}")
+    if numbers["waived"]:
+        parts.append(f"waived rows: {numbers['waived']}")
+    return ["The claims standard: " + "; ".join(parts) + ".", ""]
 
 
 def _headline_lines(record: dict, mutants: dict | None) -> list[str]:
@@ -172,18 +410,25 @@ def chapter_title(path: Path) -> str:
     return first.lstrip("# ").strip()
 
 
+def short_title(path: Path) -> str:
+    """The title up to its first colon (the paper's name without its subtitle)."""
+    return chapter_title(path).split(":")[0].strip()
+
+
 def _mutants_lines(mutants: dict | None, current: str) -> list[str]:
     if not mutants:
         return ["Broken mechanisms: not run."]
     outcomes = mutants["results"]
     caught = sum(r["outcome"] == "caught" for r in outcomes)
     stale = " (stale: the chapter changed since)" if mutants["hash"] != current else ""
+    moved = sum(bool(r.get("moved_nulls")) for r in outcomes)
+    moves = f" **{moved} of them move a null.**" if moved else ""
     return [
-        f"Broken mechanisms: caught {caught} of {len(outcomes)}{stale}.",
+        f"Broken mechanisms: caught {caught} of {len(outcomes)}{stale}.{moves}",
         "",
         *(f"- {r['breaks'] or r['name']} ({r['outcome']})" for r in outcomes),
     ]
 
 
-def _cell(text: str) -> str:
+def _cell(text) -> str:
     return str(text).replace("|", "\\|").replace("\n", " ")
