@@ -10,9 +10,11 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 .PHONY: book test check new venv chromium lab links refresh portable bench seeds mutants sweep clean
 
 # How many chapters execute at once, in every target that executes chapters (one
-# single-threaded kernel each): `make sweep JOBS=4`. The tools read it from the environment.
-JOBS ?= 2
+# single-threaded kernel each): `make sweep JOBS=4`. Unset, each tool picks its default: two
+# (one per core), and one for `make bench` (timings of an otherwise idle machine).
+JOBS ?=
 export JOBS
+WORKERS := $(or $(JOBS),2)
 
 ## book: set up .venv and build the HTML book into _build/html, executing the chapters whose
 ## code changed (two at a time, one per core) into the cache that the strict build then reads;
@@ -27,7 +29,7 @@ test: $(INSTALLED) chromium
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	rm -rf _build/records
-	$(BIN)/python -m pytest -n 2 --dist loadfile --nbval tests chapters
+	$(BIN)/python -m pytest -n $(WORKERS) --dist loadfile --nbval tests chapters
 	$(BIN)/python -m pytest -m "book or slow"
 
 ## check: the fast loop, lint and the unit tests, no chapter executed (bare `pytest` does the same).
@@ -39,11 +41,11 @@ check: $(INSTALLED)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 ifeq ($(strip $(CHAPTERS)),)
-	$(BIN)/python -m pytest -n 2 --dist loadfile
+	$(BIN)/python -m pytest -n $(WORKERS) --dist loadfile
 else
 	$(BIN)/python -m pytest $(foreach s,$(SLUGS),tests/test_$(s).py)
 	$(BIN)/python -m pytest tests/test_book.py -k "$(subst $(eval) , or ,$(SLUGS)) or not chapter"
-	$(BIN)/python -m pytest -n 2 --dist loadfile --nbval $(CHAPTERS)
+	$(BIN)/python -m pytest -n $(WORKERS) --dist loadfile --nbval $(CHAPTERS)
 	$(BIN)/python tools/seeds_and_mutants.py sweep --stale $(CHAPTERS)
 	$(BIN)/python -m pytest tests/test_seeds_and_mutants.py -k "$(subst $(eval) , or ,$(SLUGS))"
 	$(BIN)/python -m pytest -m book
@@ -109,7 +111,7 @@ sweep: $(INSTALLED)
 
 ## bench: time each chapter cold, and the whole book
 bench: $(INSTALLED)
-	$(BIN)/python tools/benchmark.py
+	$(BIN)/python tools/benchmark.py $(CHAPTERS)
 
 clean:
 	rm -rf _build

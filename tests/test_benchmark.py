@@ -1,14 +1,20 @@
-"""The benchmark's table: timing some chapters keeps the other chapters' rows (a clone has no
-_build/benchmark.json; the committed BENCHMARK.md is where the last figures are read back)."""
+"""The benchmark's table: budgets in calibration units, some chapters timed keep the other rows
+(a clone has no _build/benchmark.json; the committed BENCHMARK.md is where the last figures are
+read back), and `make bench` honours CHAPTERS and JOBS."""
+
+import re
 
 import benchmark
+import book
 
 
-def report(chapters, book=None):
+def report(chapters, book_times=None, calibration_s=10.0):
     return {
         "chapters": chapters,
         "total_s": sum(m["seconds"] for m in chapters.values()),
-        "book": book,
+        "book": book_times,
+        "calibration_s": calibration_s,
+        "jobs": 1,
         "machine": {"cpus": 2, "python": "3.11"},
         "when": "2026-12-01",
     }
@@ -17,12 +23,37 @@ def report(chapters, book=None):
 def test_rows_and_book_times_read_back_from_the_committed_table(tmp_path, monkeypatch):
     monkeypatch.setattr(benchmark, "TABLE", tmp_path / "BENCHMARK.md")
     chapters = {
-        "batch_norm": {"seconds": 33.2, "peak_mib": 489},
-        "jsma": {"seconds": 14.0, "peak_mib": 5},
+        "batch_norm": {"seconds": 33.2, "units": 3.32, "peak_mib": 489},
+        "jsma": {"seconds": 14.0, "units": 1.4, "peak_mib": 5},
     }
-    benchmark.write_table(report(chapters, {"cold_s": 251.3, "again_s": 12.5}))
+    benchmark.write_table(
+        report(chapters, {"cold_s": 251.3, "again_s": 12.5, "calibration_s": 12.0})
+    )
     assert benchmark.previous_rows() == chapters
-    assert benchmark._previous_book() == {"cold_s": 251.3, "again_s": 12.5}
+    assert benchmark._previous_book() == {"cold_s": 251.3, "again_s": 12.5, "calibration_s": 12.0}
     text = benchmark.TABLE.read_text()
-    assert "| **`make book`, cold** (two chapters at a time) | **251.3** | | within 300 s |" in text
-    assert "over" not in text.lower().replace("overwrit", "")
+    budget = benchmark.book_budget_units(2)
+    assert (
+        "| **`make book`, cold** (two chapters at a time) | **251.3** | **20.94** | | "
+        f"OVER {budget:.2f} |" in text
+    )
+
+
+def test_budgets_are_ratios_to_the_calibration_not_seconds():
+    # the same chapter on a machine three times as fast: a third of the seconds, the same units
+    slow, fast = benchmark.units(42.0, 12.0), benchmark.units(14.0, 4.0)
+    assert slow == fast == 3.5
+    assert benchmark.verdict(slow) == benchmark.verdict(fast) == f"under {45 / 12:.2f}"
+    assert benchmark.verdict(benchmark.units(23.7, 4.0)).startswith("OVER")  # 71 s there
+    assert benchmark.verdict(benchmark.units(24.0, 12.0)) == "within the aim"
+    # the book's budget grows with its chapters: five minutes for fourteen on the reference
+    reference = benchmark.REFERENCE_CALIBRATION_S
+    assert round(benchmark.book_budget_units(14) * reference) == 300
+    assert benchmark.book_budget_units(15) > benchmark.book_budget_units(14)
+
+
+def test_make_bench_passes_chapters_and_jobs_to_the_tool():
+    makefile = (book.ROOT / "Makefile").read_text()
+    recipe = re.search(r"^bench:.*\n((?:\t.*\n)+)", makefile, re.M).group(1)
+    assert "tools/benchmark.py $(CHAPTERS)" in recipe
+    assert re.search(r"^export JOBS$", makefile, re.M)

@@ -1,15 +1,33 @@
-"""Time each chapter cold (a fresh kernel, as a reader or CI runs it), its peak memory, the book.
+"""Time each chapter cold (a fresh kernel, as a reader or CI runs it), its peak memory, the book,
+against a calibration run measured in the same `make bench`.
 
-    .venv/bin/python tools/benchmark.py            # every chapter in _toc.yml (make bench)
-    .venv/bin/python tools/benchmark.py chapters/concrete.ipynb
+    .venv/bin/python tools/benchmark.py            # every chapter in _toc.yml, and the book
+    .venv/bin/python tools/benchmark.py chapters/concrete.ipynb   # its row (make bench CHAPTERS=)
 
-Chapters run one after another, never side by side (two at once would share two cores), each in
-a process of its own that starts the kernel, executes every cell and shuts the kernel down; the
-kernel is that process's only child, so its maximum resident set is the process's
-RUSAGE_CHILDREN figure. Prints a table, writes _build/benchmark.json and the committed table
-BENCHMARK.md (timing some chapters updates their rows and keeps the rest). Budgets
-(CONTRIBUTING.md): 45 s per chapter at most, 30 s aimed for. Timings are
-measured here, never asserted in tests.
+**Budgets name no machine; a calibration does.** Seconds mean little without the machine's speed:
+a contributor's laptop may run three times as fast as the machine that wrote BENCHMARK.md. So
+every `make bench` first times tools/calibration.ipynb cold, like a chapter (a fresh kernel, the
+book's setup, a small classifier trained for a fixed number of updates), and states each chapter
+as a multiple of it: its *units*. The budgets are set in units, from the benchmark machine's
+seconds: 45 s a chapter at most and 30 s aimed for, where the calibration took
+REFERENCE_CALIBRATION_S. A row measured on any machine is then checked against the same budget.
+
+**The book's budget scales with its chapters**: five minutes cold for fourteen chapters on two
+cores (BOOK.md), so 300 s / 14 a chapter, in units; a rebuild with nothing changed under a minute.
+On the CI's matrix (.github/workflows/book.yml) the book's wall time is its slowest chapter
+plus the build.
+
+Chapters run one at a time by default (two at once share two cores and time a loaded machine);
+`JOBS=N` runs N at once and the calibration N times at once too, so that the ratio compares like
+with like. Each runs in a process of its own that starts the kernel, executes every cell and
+shuts the kernel down; the kernel is that process's only child, so its maximum resident set is
+the process's RUSAGE_CHILDREN figure.
+
+`make bench CHAPTERS=...` times those chapters only and updates their rows of BENCHMARK.md; the
+other rows and the book's keep their last figures (with their own calibration). Without
+CHAPTERS it times every chapter and `make book` cold and again. It also copies each chapter's
+seeds-and-mutants time from its record, and the whole book's last sweep (`make sweep`) when one
+ran in this checkout. Timings are measured here, never asserted in tests.
 """
 
 from __future__ import annotations
@@ -24,22 +42,29 @@ import shutil
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import book
+import kernels
+import sweep_records
 
-CHAPTER_BUDGET_S = 45
-CHAPTER_AIM_S = 30
-BOOK_BUDGET_S = 300
+# The benchmark machine's calibration (2 cores, tools/calibration.ipynb cold, alone): the budgets'
+# seconds are this machine's, and every other machine's figures are read as multiples of it.
+REFERENCE_CALIBRATION_S = 12.0
+CHAPTER_BUDGET_UNITS = 45 / REFERENCE_CALIBRATION_S
+CHAPTER_AIM_UNITS = 30 / REFERENCE_CALIBRATION_S
+BOOK_PER_CHAPTER_UNITS = 300 / 14 / REFERENCE_CALIBRATION_S
 REBUILD_BUDGET_S = 60
+CALIBRATION = book.ROOT / "tools" / "calibration.ipynb"
 JSON = book.ROOT / "_build" / "benchmark.json"
 TABLE = book.ROOT / "BENCHMARK.md"
+LAST_SWEEP = book.ROOT / "_build" / "last_sweep.json"
 
 
 def time_chapter(path: Path) -> dict:
     """Execute one chapter in a fresh kernel; its wall time and the kernel's peak memory."""
-    import kernels
     import nbformat
 
     nb = nbformat.read(path, as_version=4)
@@ -59,35 +84,115 @@ def measure_in_own_process(path: Path) -> dict:
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
+def measure(paths: list[Path], jobs: int) -> list[dict]:
+    """Each path timed in its own process, `jobs` at a time; results in the paths' order."""
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        return list(pool.map(measure_in_own_process, paths))
+
+
+def calibrate(jobs: int) -> float:
+    """The calibration's cold time, run `jobs` times at once (the load the chapters will see)."""
+    times = [m["seconds"] for m in measure([CALIBRATION] * jobs, jobs)]
+    return round(sum(times) / len(times), 2)
+
+
+def units(seconds: float, calibration_s: float) -> float:
+    return round(seconds / calibration_s, 2)
+
+
+def verdict(chapter_units: float) -> str:
+    """A chapter against its budget, in calibration units (45 s and 30 s on the benchmark
+    machine)."""
+    if chapter_units > CHAPTER_BUDGET_UNITS:
+        return f"OVER {CHAPTER_BUDGET_UNITS:.2f}"
+    if chapter_units <= CHAPTER_AIM_UNITS:
+        return "within the aim"
+    return f"under {CHAPTER_BUDGET_UNITS:.2f}"
+
+
+def book_budget_units(chapters: int) -> float:
+    """The book's cold budget for `chapters` chapters, in calibration units."""
+    return round(BOOK_PER_CHAPTER_UNITS * chapters, 2)
+
+
 def write_table(report: dict) -> None:
     rows = [
-        f"| {slug} | {m['seconds']:.1f} | {m['peak_mib']} | {verdict(m['seconds'])} |"
+        f"| {slug} | {m['seconds']:.1f} | {m['units']:.2f} | {m['peak_mib']} | "
+        f"{verdict(m['units'])} | {_sweep_cell(slug)} |"
         for slug, m in report["chapters"].items()
     ]
     book_rows = ""
     if report.get("book"):
-        cold, again = report["book"]["cold_s"], report["book"]["again_s"]
+        b = report["book"]
+        budget = book_budget_units(len(report["chapters"]))
+        cold_units = units(b["cold_s"], b["calibration_s"])
         book_rows = (
-            f"| **`make book`, cold** (two chapters at a time) | **{cold:.1f}** | | "
-            f"{'within' if cold <= BOOK_BUDGET_S else 'OVER'} {BOOK_BUDGET_S} s |\n"
-            f"| **`make book` again, nothing changed** | **{again:.1f}** | | "
-            f"{'within' if again <= REBUILD_BUDGET_S else 'OVER'} {REBUILD_BUDGET_S} s |\n"
+            f"| **`make book`, cold** (two chapters at a time) | **{b['cold_s']:.1f}** | "
+            f"**{cold_units:.2f}** | | {'within' if cold_units <= budget else 'OVER'} "
+            f"{budget:.2f} | |\n"
+            f"| **`make book` again, nothing changed** | **{b['again_s']:.1f}** | | | "
+            f"{'within' if b['again_s'] <= REBUILD_BUDGET_S else 'OVER'} {REBUILD_BUDGET_S} s | |\n"
         )
     TABLE.write_text(
         "# Benchmark\n\n"
-        "Each chapter executed cold (a fresh kernel: start, imports, every cell), one after\n"
-        "another on an otherwise idle machine, by `make bench` (tools/benchmark.py). Peak memory\n"
-        "is the kernel's maximum resident set. The book's rows time `make book` from an empty\n"
-        "cache, then again with nothing changed. Budgets (CONTRIBUTING.md): 45 s a chapter,\n"
-        f"30 s aimed for; the book cold under {BOOK_BUDGET_S // 60} minutes on 2 cores, a\n"
-        f"rebuild with nothing changed under {REBUILD_BUDGET_S} s.\n\n"
+        "Each chapter executed cold (a fresh kernel: start, imports, every cell) by `make bench`\n"
+        "(tools/benchmark.py), beside a calibration run of the same kind\n"
+        "(tools/calibration.ipynb: the book's setup and a small classifier trained for a fixed\n"
+        "number of updates). A\n"
+        "chapter's *units* are its seconds divided by that calibration's, so that a budget means\n"
+        "the same on any machine. The budgets, in units, are the benchmark machine's seconds\n"
+        f"divided by its calibration ({REFERENCE_CALIBRATION_S:.1f} s): a chapter at most "
+        f"{CHAPTER_BUDGET_UNITS:.2f} (45 s there),\n"
+        f"{CHAPTER_AIM_UNITS:.2f} aimed for (30 s); the book cold "
+        f"{BOOK_PER_CHAPTER_UNITS:.2f} a chapter (five minutes for fourteen\n"
+        f"chapters on two cores); a rebuild with nothing changed under {REBUILD_BUDGET_S} s. Peak "
+        "memory is the kernel's\nmaximum resident set. *Sweep* is the CPU time of the chapter's "
+        "five held-out seeds, its\nunbroken run and its broken mechanisms (`make sweep`), from "
+        "its record.\n\n"
         f"Measured {report['when']} on {report['machine']['cpus']} CPUs, "
-        f"Python {report['machine']['python']}.\n\n"
-        "| chapter | seconds | peak MiB | budget |\n|---|---|---|---|\n"
+        f"Python {report['machine']['python']}, {report['jobs']} at a time; calibration "
+        f"{report['calibration_s']:.1f} s.\n\n"
+        "| chapter | seconds | units | peak MiB | budget (units) | sweep (s) |\n"
+        "|---|---|---|---|---|---|\n"
         + "\n".join(rows)
-        + f"\n| chapters one after another | {report['total_s']:.1f} | | |\n"
+        + f"\n| chapters one after another | {report['total_s']:.1f} | | | | |\n"
         + book_rows
+        + sweep_section(list(report["chapters"]))
     )
+
+
+def _sweep_cell(slug: str) -> str:
+    record = sweep_records.load(slug)
+    seconds = [record[p].get("seconds") for p in ("seeds", "mutants") if p in record]
+    if not seconds or None in seconds:
+        return "—"
+    return f"{sum(seconds):.0f}"
+
+
+def sweep_section(slugs: list[str]) -> str:
+    """The seeds-and-mutants sweep: its CPU time one chapter after another, what two cores make
+    of it, and what the CI's matrix (a job a chapter) waits for: its slowest chapter."""
+    times = {s: _sweep_cell(s) for s in slugs}
+    known = {s: float(t) for s, t in times.items() if t != "—"}
+    if not known:
+        return ""
+    serial = sum(known.values())
+    slowest = max(known, key=known.get)
+    lines = [
+        "\n## The seeds-and-mutants sweep\n",
+        f"- one run after another: {serial:.0f} s ({serial / 60:.0f} minutes) over "
+        f"{len(known)} chapters, from their records;",
+        f"- `JOBS=2` on two cores: about {serial / 2:.0f} s;",
+        f"- the CI's matrix (.github/workflows/sweep.yml, a job a chapter): about its slowest "
+        f"chapter's, {slowest} {known[slowest]:.0f} s, plus each job's set-up.",
+    ]
+    if LAST_SWEEP.exists():
+        last = json.loads(LAST_SWEEP.read_text())
+        lines.append(
+            f"- the whole book's last `make sweep` in this checkout: {last['seconds']} s with "
+            f"JOBS={last['jobs']} ({last['runs']} runs)."
+        )
+    return "\n".join(lines) + "\n"
 
 
 def previous_rows() -> dict:
@@ -95,45 +200,49 @@ def previous_rows() -> dict:
     if not TABLE.exists():
         return {}
     found = {}
-    for slug, seconds, peak in re.findall(
-        r"^\| (\w+) \| ([\d.]+) \| (\d+) \|", TABLE.read_text(), re.M
-    ):
-        found[slug] = {"seconds": float(seconds), "peak_mib": int(peak)}
+    pattern = r"^\| (\w+) \| ([\d.]+) \| ([\d.]+) \| (\d+) \|"
+    for slug, seconds, chapter_units, peak in re.findall(pattern, TABLE.read_text(), re.M):
+        found[slug] = {
+            "seconds": float(seconds),
+            "units": float(chapter_units),
+            "peak_mib": int(peak),
+        }
     return found
-
-
-def time_make_book(cold: bool) -> float:
-    """`make book`'s two steps (tools/execute.py, then the strict build), from an empty cache
-    when `cold`."""
-    if cold:
-        shutil.rmtree(book.ROOT / "_build", ignore_errors=True)
-    start = time.perf_counter()
-    subprocess.run([sys.executable, str(book.ROOT / "tools" / "execute.py")], check=True)
-    build = [str(Path(sys.executable).parent / "jupyter-book"), "build", "-W", "-n", "-q"]
-    environment = {**os.environ, "PAPERNOTES_EXECUTE": "cache"}
-    subprocess.run([*build, "--keep-going", str(book.ROOT)], check=True, env=environment)
-    return round(time.perf_counter() - start, 1)
 
 
 def _previous_book() -> dict | None:
     if not TABLE.exists():
         return None
     text = TABLE.read_text()
-    cold = re.search(r"make book`, cold\*\* \(two chapters at a time\) \| \*\*([\d.]+)", text)
+    cold = re.search(
+        r"make book`, cold\*\* \(two chapters at a time\) \| \*\*([\d.]+)\*\* \| \*\*([\d.]+)", text
+    )
     again = re.search(r"nothing changed\*\* \| \*\*([\d.]+)", text)
     if not (cold and again):
         return None
-    return {"cold_s": float(cold[1]), "again_s": float(again[1])}
+    cold_s, cold_units = float(cold[1]), float(cold[2])
+    return {
+        "cold_s": cold_s,
+        "again_s": float(again[1]),
+        "calibration_s": round(cold_s / cold_units, 2),
+    }
 
 
-def verdict(seconds: float) -> str:
-    if seconds > CHAPTER_BUDGET_S:
-        return f"OVER {CHAPTER_BUDGET_S} s"
-    return "within the aim" if seconds <= CHAPTER_AIM_S else f"under {CHAPTER_BUDGET_S} s"
-
-
-def book_verdict(report: dict) -> str:
-    return "within" if report["total_s"] <= BOOK_BUDGET_S else f"OVER {BOOK_BUDGET_S} s"
+def time_make_book(cold: bool) -> float:
+    """`make book`'s two steps (tools/execute.py, then the strict build), from an empty cache
+    when `cold`."""
+    if cold:
+        shutil.rmtree(book.ROOT / "_build" / ".jupyter_cache", ignore_errors=True)
+        shutil.rmtree(book.ROOT / "_build" / "html", ignore_errors=True)
+    start = time.perf_counter()
+    environment = {**os.environ, "JOBS": "2"}
+    subprocess.run(
+        [sys.executable, str(book.ROOT / "tools" / "execute.py")], check=True, env=environment
+    )
+    build = [str(Path(sys.executable).parent / "jupyter-book"), "build", "-W", "-n", "-q"]
+    environment["PAPERNOTES_EXECUTE"] = "cache"
+    subprocess.run([*build, "--keep-going", str(book.ROOT)], check=True, env=environment)
+    return round(time.perf_counter() - start, 1)
 
 
 def main(argv=None) -> int:
@@ -146,29 +255,38 @@ def main(argv=None) -> int:
     if args.one:
         print(json.dumps(time_chapter(args.one.resolve())))
         return 0
+    jobs = kernels.jobs(default=1)
     chapters = [p.resolve() for p in args.chapters] or book.toc_chapters()
+    calibration_s = calibrate(jobs)
+    print(f"{'calibration':<28}{calibration_s:>7.1f} s (the unit)")
     # Timing some chapters updates their rows and keeps the others' last figures.
     measured = previous_rows() if args.chapters else {}
-    old_book = _previous_book() if args.chapters else None
-    for path in chapters:
-        measured[path.stem] = measure_in_own_process(path)
-        m = measured[path.stem]
+    for path, m in zip(chapters, measure(chapters, jobs), strict=True):
+        m["units"] = units(m["seconds"], calibration_s)
+        measured[path.stem] = m
         print(
-            f"{path.stem:<28}{m['seconds']:>7.1f} s {m['peak_mib']:>6} MiB  {verdict(m['seconds'])}"
+            f"{path.stem:<28}{m['seconds']:>7.1f} s {m['units']:>6.2f} units "
+            f"{m['peak_mib']:>6} MiB  {verdict(m['units'])}"
         )
     order = [p.stem for p in book.toc_chapters()]
     measured = {slug: measured[slug] for slug in order if slug in measured}
     total = round(sum(m["seconds"] for m in measured.values()), 1)
-    print(f"{'book total':<28}{total:>7.1f} s over {len(measured)} chapters")
+    print(f"{'chapters one after another':<28}{total:>7.1f} s over {len(measured)} chapters")
     if args.chapters:
-        book_times = old_book
+        book_times = _previous_book()
     else:
-        book_times = {"cold_s": time_make_book(cold=True), "again_s": time_make_book(cold=False)}
+        book_times = {
+            "cold_s": time_make_book(cold=True),
+            "again_s": time_make_book(cold=False),
+            "calibration_s": calibration_s,
+        }
         print(f"make book: {book_times['cold_s']:.1f} s cold, {book_times['again_s']:.1f} s again")
     report = {
         "chapters": measured,
         "total_s": total,
         "book": book_times,
+        "calibration_s": calibration_s,
+        "jobs": jobs,
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
         "when": time.strftime("%Y-%m-%d"),
     }

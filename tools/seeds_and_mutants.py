@@ -57,6 +57,7 @@ SEEDS = (1000, 1001, 1002, 1003, 1004)
 CHECK_CALL = "claims.check()"
 EXECUTION_TIMEOUT_S = 600
 PARTS = {"seeds": ("seeds",), "mutants": ("mutants",), "sweep": ("seeds", "mutants")}
+LAST_SWEEP = book.ROOT / "_build" / "last_sweep.json"
 
 __all__ = ["MIN_SEEDS_HELD", "RECORDS", "SEEDS", "content_hash", "must_hold", "mutants_of"]
 
@@ -99,6 +100,7 @@ def run(
             f"from mutants import {path.stem} as _mutants\n_mutants.{mutant}()"
         )
         nb.cells.insert(first_code + 1, nbformat.v4.new_code_cell(patch))
+    started = time.perf_counter()
     with tempfile.TemporaryDirectory() as records:
         ended, error = "passed", ""
         try:
@@ -108,7 +110,15 @@ def run(
             error = f"{failure}"[:500]
         record = Path(records) / f"{path.stem}.json"
         claims = json.loads(record.read_text())["claims"] if record.exists() else []
-    return {"seed": seed, "mutant": mutant, "ended": ended, "error": error, "claims": claims}
+    seconds = round(time.perf_counter() - started, 1)
+    return {
+        "seed": seed,
+        "mutant": mutant,
+        "ended": ended,
+        "error": error,
+        "claims": claims,
+        "seconds": seconds,
+    }
 
 
 def summarize_seeds(runs: list[dict]) -> dict:
@@ -255,16 +265,26 @@ def sweep(parts, chapters, workers, timeout, out: Path = RECORDS) -> bool:
         if "seeds" in parts:
             seeds = [o for o in mine if o["mutant"] is None and o["seed"] in SEEDS]
             entry["seeds"] = {"hash": content_hash(path), **summarize_seeds(seeds)}
+            entry["seeds"]["seconds"] = round(sum(o["seconds"] for o in seeds), 1)
             ok &= report_seeds(slug, entry["seeds"])
         if "mutants" in parts:
             runs = [o for o in mine if o["seed"] == 0]
             summary = summarize_mutants(runs, dict(mutants_of(slug)))
             entry["mutants"] = {"hash": content_hash(path), **summary}
+            entry["mutants"]["seconds"] = round(sum(o["seconds"] for o in runs), 1)
             ok &= report_mutants(slug, entry["mutants"])
         sweep_records.merge(slug, entry, out)
     seconds = time.perf_counter() - start
     where = out.relative_to(book.ROOT) if out.is_relative_to(book.ROOT) else out
     print(f"{len(jobs)} runs in {seconds:.0f} s with {workers} at a time; wrote {where}/")
+    if {p.stem for p in chapters} == {p.stem for p in book.toc_chapters()} and parts == PARTS[
+        "sweep"
+    ]:
+        # the whole book's sweep: its wall time for BENCHMARK.md (make bench reads it)
+        LAST_SWEEP.parent.mkdir(parents=True, exist_ok=True)
+        LAST_SWEEP.write_text(
+            json.dumps({"seconds": round(seconds), "jobs": workers, "runs": len(jobs)}) + "\n"
+        )
     return ok
 
 
