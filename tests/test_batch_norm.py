@@ -384,6 +384,37 @@ def test_population_statistics_are_algorithm_2_over_one_epoch(digits):
     assert torch.allclose(per_batch[0][3].variance, x[3].var(0, correction=1), rtol=1e-4)
 
 
+class ConvNet(nn.Module):
+    """A convolution and a BN over its maps: population statistics pooled over the pixels."""
+
+    def __init__(self):
+        super().__init__()
+        with pn.seeded(3):
+            self.conv = nn.Conv2d(2, 3, 3, padding=1).double()
+        self.norms = nn.ModuleList([BatchNorm(3).double()])
+
+    def forward(self, x):
+        return self.norms[0](self.conv(x))
+
+
+def test_population_statistics_of_maps_are_unbiased_over_n_h_w_values():
+    # Section 3.2: a channel's statistic of a batch of maps pools N * H * W values, so its
+    # unbiased variance is m' / (m' - 1) sigma^2_B with m' = 4 * 5 * 6 = 120, not 4 / 3.
+    net = ConvNet()
+    x = torch.randn(24, 2, 5, 6, generator=gen(4), dtype=torch.float64)
+    population, per_batch = bn_module.population_statistics(net, x, 4, seed=2)
+    batches = pn.minibatches(len(x), 4, pn.generator(2, stream=2))
+    order = torch.cat([next(batches) for _ in range(6)])
+    with torch.no_grad():
+        z = net.conv(x[order]).reshape(6, 4, 3, 5, 6).transpose(1, 2).reshape(6, 3, 120)
+    assert torch.allclose(population[0].mean, z.mean(2).mean(0), atol=1e-12)
+    assert torch.allclose(population[0].variance, z.var(2, correction=1).mean(0), atol=1e-12)
+    assert torch.allclose(per_batch[0][2].variance, z[2].var(1, correction=1), atol=1e-12)
+    # m' = N alone (the bug) would inflate the variance by (4/3) / (120/119), about 32%
+    wrong = z.var(2, correction=0).mean(0) * 4 / 3
+    assert not torch.allclose(population[0].variance, wrong, rtol=0.1)
+
+
 def test_normalisation_error_is_the_rms_error_in_x_hat():
     population = Statistics(torch.tensor([0.0, 1.0]), torch.tensor([4.0, 1.0]))
     assert experiment.normalisation_error(population, population, 0.0) == 0.0

@@ -59,7 +59,8 @@ def batch_statistics(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     # mu_B = 1/m sum_i x_i
     mean = x.mean(dim=dims)
     # sigma^2_B = 1/m sum_i (x_i - mu_B)^2: divide by m', not m' - 1.
-    # Written out rather than x.var(dims): the same number, and 2x faster on a small CPU.
+    # Written out: torch's x.var(dims) divides by m' - 1 unless given correction=0 (that is
+    # Algorithm 2's unbiased estimate, not this one), and reusing mu_B is faster on a small CPU.
     variance = (x - _per_feature(mean, x)).square().mean(dim=dims)
     return mean, variance
 
@@ -161,16 +162,21 @@ def population_statistics(
 
     One pass over `x` (the training set) in shuffled mini-batches of `batch_size`, the network
     in training mode (each layer normalised with its batch's statistics, as in training) with its
-    weights frozen.
+    weights frozen. A batch's variance is unbiased over the m' values behind it: m' =
+    `batch_size` for (N, C) features, `batch_size` * H * W for (N, C, H, W) maps (Section 3.2).
 
     Returns the population statistics of each layer, and each layer's per-batch statistics
     (mean and unbiased variance of every batch): what one batch alone would estimate.
     """
     checks.integer("batch_size", batch_size, 2)
     probe = copy.deepcopy(model).train()  # a copy: its running statistics move, the model's not
-    seen: list[list[tuple[torch.Tensor, torch.Tensor]]] = [[] for _ in probe.norms]
+    seen: list[list[tuple[torch.Tensor, torch.Tensor, int]]] = [[] for _ in probe.norms]
+
+    def record(i: int, z: torch.Tensor) -> None:
+        seen[i].append((*batch_statistics(z), values_per_feature(z)))
+
     hooks = [
-        bn.register_forward_pre_hook(lambda _, args, i=i: seen[i].append(batch_statistics(args[0])))
+        bn.register_forward_pre_hook(lambda _, args, i=i: record(i, args[0]))
         for i, bn in enumerate(probe.norms)
     ]
     batches = minibatches(len(x), batch_size, generator(seed, STATISTICS_BATCHES))
@@ -180,9 +186,10 @@ def population_statistics(
         hook.remove()
     population, per_batch = [], []
     for layer in seen:
-        means = torch.stack([mean for mean, _ in layer])
-        variances = torch.stack([unbiased(variance, batch_size) for _, variance in layer])
-        # E[x] = E_B[mu_B],  Var[x] = m / (m - 1) E_B[sigma^2_B]
+        means = torch.stack([mean for mean, _, _ in layer])
+        # each batch's variance unbiased over its m' values: m' / (m' - 1) sigma^2_B
+        variances = torch.stack([unbiased(variance, m) for _, variance, m in layer])
+        # E[x] = E_B[mu_B],  Var[x] = m' / (m' - 1) E_B[sigma^2_B]
         population.append(Statistics(means.mean(0), variances.mean(0)))
         per_batch.append([Statistics(m, v) for m, v in zip(means, variances, strict=True)])
     return population, per_batch
