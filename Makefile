@@ -51,9 +51,12 @@ else
 	$(BIN)/python -m pytest -m book
 endif
 
-## new: lay out a chapter's four files and list it in the book (SLUG=layer_norm PART="...")
+## new: lay out a chapter's four files and list it in the book (SLUG=mixup PART="..."; and, to
+## fill the title and the intro's line: TITLE="..." AUTHORS="Zhang et al." YEAR=2018 ARXIV=1710.09412)
 new: $(INSTALLED)
-	$(BIN)/python tools/new_chapter.py $(SLUG) $(if $(PART),--part "$(PART)")
+	$(BIN)/python tools/new_chapter.py $(SLUG) $(if $(PART),--part "$(PART)") \
+		$(if $(TITLE),--title "$(TITLE)") $(if $(AUTHORS),--authors "$(AUTHORS)") \
+		$(if $(YEAR),--year "$(YEAR)") $(if $(ARXIV),--arxiv "$(ARXIV)")
 
 ## venv: only set up the environment
 venv: $(INSTALLED)

@@ -275,6 +275,44 @@ def test_a_scaffolded_chapter_is_listed_and_caught_until_written(tmp_path):
     nb = nbformat.read(tmp_path / "chapters" / "layer_norm.ipynb", as_version=4)
     first_code = next(c for c in nb.cells if c.cell_type == "code")
     assert first_code.source == book.setup_cell_source(tmp_path)
+    assert first_code.metadata["tags"] == [book.SETUP_CELL_TAG]
+
+
+def test_make_new_fills_what_it_is_told_of_the_paper(tmp_path):
+    import shutil
+
+    import new_chapter
+
+    for folder in ("chapters", "papernotes", "tests/mutants"):
+        (tmp_path / folder).mkdir(parents=True)
+    for name in ("_toc.yml", "intro.md", "_config.yml"):
+        shutil.copy(book.ROOT / name, tmp_path / name)
+    paper = new_chapter.Paper(
+        "mixup: Beyond Empirical Risk Minimization", "Zhang et al.", "2018", "1710.09412"
+    )
+    new_chapter.scaffold("mixup", "Regularization", tmp_path, paper)
+    intro = (tmp_path / "intro.md").read_text()
+    assert "- {doc}`chapters/mixup` (Zhang et al., 2018)\n" in intro
+    assert "intro.md" not in unwritten(tmp_path)  # the intro's line is written
+    title = nbformat.read(tmp_path / "chapters" / "mixup.ipynb", as_version=4).cells[0].source
+    assert title.startswith("# mixup: Beyond Empirical Risk Minimization\n")
+    assert "\nZhang et al. *" in title and "arxiv.org/abs/1710.09412" in title
+
+
+def test_the_scaffolds_claims_cell_meets_the_claims_standard_as_written():
+    """The scaffold teaches the current call: run as it stands, its rows break no rule of the
+    standard (nulls, arms tuned alike, a bound with a source) and none fails."""
+    import new_chapter
+
+    import papernotes as pn
+
+    namespace = {"pn": pn}
+    exec(new_chapter.claims_cell("mixup"), namespace)
+    claims = namespace["claims"]
+    assert [c.status for c in claims.items] == [pn.ANALOG, pn.NOT_RUN]
+    headline = claims.items[0]
+    assert headline.nulls and headline.arms and headline.bound_from == "noise"
+    assert claims.failed == [] and headline.breaches == ()
 
 
 # -- the prose cites only what the reader can see ------------------------------------------------

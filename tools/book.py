@@ -14,6 +14,10 @@ import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 
+# The setup cell stays first in the notebook (Colab needs it) and is folded on the web page, so
+# that a chapter's page opens with its paper and its idea.
+SETUP_CELL_TAG = "hide-cell"
+
 SETUP_CELL = """\
 # Setup, the same in every chapter. In Colab it first installs the book's package, papernotes.
 import subprocess

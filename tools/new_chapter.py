@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import re
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import nbformat
@@ -28,13 +29,32 @@ import book
 MARKER = "TO" + "WRITE"  # split so that this file itself does not trip the hygiene test
 
 
-def chapter_notebook(slug: str) -> nbformat.NotebookNode:
+@dataclass(frozen=True)
+class Paper:
+    """What `make new` may be told of the paper (TITLE, AUTHORS, YEAR, ARXIV); what it is not
+    told stays a placeholder."""
+
+    title: str = ""
+    authors: str = ""
+    year: str = ""
+    arxiv: str = ""
+
+    def intro_line(self, slug: str) -> str:
+        if self.authors and self.year:
+            return f"- {{doc}}`chapters/{slug}` ({self.authors}, {self.year})\n"
+        return f"- {{doc}}`chapters/{slug}` ({MARKER}: authors, year)\n"
+
+
+def chapter_notebook(slug: str, paper: Paper | None = None) -> nbformat.NotebookNode:
     md, code = nbformat.v4.new_markdown_cell, nbformat.v4.new_code_cell
+    paper = paper or Paper()
     cells = [
         md(
-            f"# {MARKER}: the paper's title\n\n"
-            f"{MARKER}: authors. *Venue*, year. "
-            "[arXiv:0000.00000](https://arxiv.org/abs/0000.00000) {cite}`" + MARKER + "`\n\n"
+            f"# {paper.title or MARKER + ': the paper' + chr(39) + 's title'}\n\n"
+            f"{(paper.authors or MARKER + ': authors').rstrip('.')}. *{MARKER}: venue*, "
+            f"{paper.year or MARKER + ': year'}. "
+            f"[arXiv:{paper.arxiv or '0000.00000'}](https://arxiv.org/abs/"
+            f"{paper.arxiv or '0000.00000'}) {{cite}}`{MARKER}`\n\n"
             f"Source summary: {MARKER} (who wrote the summary this chapter draws on, and where)."
         ),
         code(book.setup_cell_source()),
@@ -44,17 +64,14 @@ def chapter_notebook(slug: str) -> nbformat.NotebookNode:
         md(f"## The experiment\n\n{MARKER}: the headline against the ablation of the idea."),
         code(f"def draw_{MARKER.lower()}():\n    ...  # {MARKER}: one figure, one function"),
         md(f"## Claim check\n\n{MARKER}: the paper's headline first, then every abstract result."),
-        code(
-            f'claims = pn.Claims("{slug}")\n'
-            f'claims.add("{MARKER}", paper="{MARKER}", ours="{MARKER}", holds=False)\n'
-            f'claims.add("{MARKER}", paper="{MARKER}", ours="{MARKER}", holds=False)'
-        ),
+        code(claims_cell(slug)),
         code("claims.check()"),
         md(f"## Knobs\n\n{MARKER}: the paper's hyper-parameters as sliders."),
         code(f"pn.knob_panel(draw_{MARKER.lower()}, [])  # {MARKER}"),
         md(f"## What differs from the paper\n\n{MARKER}: scale, data, optimiser; what to try."),
         md("## References\n\n```{bibliography}\n:filter: docname in docnames\n```"),
     ]
+    cells[1].metadata["tags"] = [book.SETUP_CELL_TAG]
     cells[6].metadata["tags"] = ["hide-input"]
     cells[11].metadata["tags"] = ["nbval-ignore-output"]
     nb = nbformat.v4.new_notebook(cells=cells)
@@ -64,6 +81,49 @@ def chapter_notebook(slug: str) -> nbformat.NotebookNode:
         "language": "python",
     }
     return nb
+
+
+def claims_cell(slug: str) -> str:
+    """A claims cell that already meets the claims standard (CONTRIBUTING.md, "Claims"): the
+    headline against the exact ablation with its nulls, its arms' tuning and its bound's source,
+    and a result of the abstract not run. Its numbers are placeholders for the experiment's."""
+    return f'''# {MARKER}: the numbers below come from the experiment above; these show the call.
+ours, ablation, untrained, noise = 0.90, 0.70, 0.50, 0.05  # {MARKER}
+validation = {{  # {MARKER}: each arm's validation score at each learning rate of one grid
+    "ours": {{1e-3: 0.80, 1e-2: 0.90, 1e-1: 0.85}},
+    "ablation": {{1e-3: 0.60, 1e-2: 0.70, 1e-1: 0.65}},
+}}
+budget = "{MARKER}: updates and data, the same for every arm"
+
+claims = pn.Claims("{slug}")
+claims.add(
+    "{MARKER}: the paper's headline, against the ablation that removes exactly its idea",
+    kind=pn.PAPER,
+    status=pn.ANALOG,
+    paper="{MARKER}: the paper's number, and where it stands (a table, a figure)",
+    ours=f"{{ours:.3f}} against the ablation's {{ablation:.3f}}",
+    measured=ours,
+    op=">=",
+    bound=ablation + noise,
+    baseline=ablation,
+    bound_from="noise",
+    bound_why="{MARKER}: the ablation plus two standard errors of the paired difference",
+    nulls={{
+        "the exact ablation, computed apart ({MARKER})": ablation,
+        "an untrained network ({MARKER})": untrained,
+    }},
+    arms=[
+        pn.Arm.best(name, scores, split="validation", budget=budget, setting="learning rate")
+        for name, scores in validation.items()
+    ],
+)
+claims.add(
+    "{MARKER}: a result of the abstract this chapter does not attempt",
+    kind=pn.PAPER,
+    status=pn.NOT_RUN,
+    paper="{MARKER}: the paper's number, and where it stands",
+    ours="not run: {MARKER}: why, in one line",
+)'''
 
 
 def module_text(slug: str) -> str:
@@ -134,10 +194,10 @@ def register_in_toc(root: Path, slug: str, part: str) -> None:
     path.write_text(text)
 
 
-def register_in_intro(root: Path, slug: str, part: str) -> None:
+def register_in_intro(root: Path, slug: str, part: str, paper: Paper | None = None) -> None:
     path = root / "intro.md"
     text = path.read_text()
-    line = f"- {{doc}}`chapters/{slug}` ({MARKER}: authors, year)\n"
+    line = (paper or Paper()).intro_line(slug)
     if f"`chapters/{slug}`" in text:
         return
     heading = f"**{part}**\n"
@@ -152,11 +212,13 @@ def register_in_intro(root: Path, slug: str, part: str) -> None:
     path.write_text(text)
 
 
-def scaffold(slug: str, part: str, root: Path = book.ROOT) -> list[Path]:
+def scaffold(
+    slug: str, part: str, root: Path = book.ROOT, paper: Paper | None = None
+) -> list[Path]:
     if not re.fullmatch(r"[a-z][a-z0-9_]*", slug):
         raise SystemExit(f"SLUG must be a lower-case Python name like layer_norm; got {slug!r}")
     files = {
-        root / "chapters" / f"{slug}.ipynb": nbformat.writes(chapter_notebook(slug)) + "\n",
+        root / "chapters" / f"{slug}.ipynb": nbformat.writes(chapter_notebook(slug, paper)) + "\n",
         root / "papernotes" / slug / "__init__.py": module_text(slug),
         root / "papernotes" / slug / "experiment.py": experiment_text(slug),
         root / "tests" / f"test_{slug}.py": test_text(slug),
@@ -169,7 +231,7 @@ def scaffold(slug: str, part: str, root: Path = book.ROOT) -> list[Path]:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
     register_in_toc(root, slug, part)
-    register_in_intro(root, slug, part)
+    register_in_intro(root, slug, part, paper)
     return [*files, root / "_toc.yml", root / "intro.md"]
 
 
@@ -177,8 +239,15 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("slug")
     parser.add_argument("--part", default="New chapters", help="the _toc.yml part's caption")
+    parser.add_argument("--title", default="", help="the paper's title")
+    parser.add_argument("--authors", default="", help='as the intro lists them: "Zhang et al."')
+    parser.add_argument("--year", default="", help="the paper's year")
+    parser.add_argument("--arxiv", default="", help="its arXiv id, 1710.09412")
     args = parser.parse_args(argv)
-    for path in scaffold(args.slug, args.part):
+    if args.arxiv and not re.fullmatch(r"\d{4}\.\d{4,5}", args.arxiv):
+        raise SystemExit(f"ARXIV must be an arXiv id like 1710.09412; got {args.arxiv!r}")
+    paper = Paper(args.title, args.authors, args.year, args.arxiv)
+    for path in scaffold(args.slug, args.part, paper=paper):
         print(f"wrote {path.relative_to(book.ROOT)}")
     print(f"Search the files for {MARKER} and write each; then follow CONTRIBUTING.md.")
     return 0
