@@ -46,3 +46,25 @@ def test_the_executed_copy_as_it_is_would_be_executed_again(tmp_path):
     cache.cache_notebook_bundle(CacheBundleIn(executed, str(path)))
     with pytest.raises(KeyError):
         cache.match_cache_notebook(nbformat.read(path, as_version=4))
+
+
+def test_a_matrix_job_executes_into_a_folder_and_the_build_job_files_it_for_the_build(
+    tmp_path, monkeypatch
+):
+    """book.yml's matrix: a job a chapter runs `execute.py --out`, the build job `--from`; the
+    cache then holds every chapter, so the build that follows executes none."""
+    path, source, _ = a_chapter(tmp_path)
+    for name in ("CACHE", "KEYS", "KEPT_RECORDS", "RECORDS"):
+        monkeypatch.setattr(execute, name, tmp_path / "build" / name.lower())
+    monkeypatch.setattr(execute.book, "toc_chapters", lambda root=None: [path])
+    monkeypatch.setattr(execute.behaviour, "behaviour_hash", lambda p, root=None: "h")
+    monkeypatch.setenv("JOBS", "1")
+    folder = tmp_path / "executed"
+    assert execute.execute_into(folder, [path]) == 0
+    kept = nbformat.read(folder / path.name, as_version=4)
+    assert kept.cells[1].outputs[0].text == "42\n" and "execution" not in kept.cells[1].metadata
+    assert execute.file_from(folder) == 0
+    cache = get_cache(execute.CACHE)
+    assert execute.stale_chapters(cache, [path], {"chapter": "h"}) == []  # nothing to execute
+    (folder / path.name).unlink()
+    assert execute.file_from(folder) == 1  # a chapter missing from the artifacts fails the job

@@ -196,18 +196,16 @@ def test_the_comparison_accepts_a_record_that_reproduces_and_names_what_does_not
 
 
 def test_the_compare_command_fails_on_a_hand_edited_record(tmp_path, capsys):
-    import seeds_and_mutants
-
     committed, fresh = tmp_path / "committed", tmp_path / "fresh"
     for folder in (committed, fresh):
         folder.mkdir()
         (folder / "demo.json").write_text(json.dumps(committed_record()))
     argv = ["compare", str(fresh), "--committed", str(committed)]
-    assert seeds_and_mutants.main(argv) == 0
+    assert sweep_records.main(argv) == 0
     edited = committed_record()
     edited["mutants"]["results"][0]["outcome"] = "survived"
     (committed / "demo.json").write_text(json.dumps(edited))  # the committed file, edited by hand
-    assert seeds_and_mutants.main(argv) == 1
+    assert sweep_records.main(argv) == 1
     assert "DOES NOT REPRODUCE: demo: mutant 'm1' caught (committed: survived)" in (
         capsys.readouterr().out
     )

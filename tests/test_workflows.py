@@ -103,3 +103,51 @@ def test_links_and_citation_follow_the_repository_url():
     citation = yaml.safe_load(book.citation())
     assert citation["repository-code"] == parts["url"] and citation["url"] == parts["pages"]
     assert parts["pages"] in readme
+
+
+def test_the_sweep_runs_a_job_a_chapter_and_compares_with_the_committed_records():
+    sweep = workflow("sweep.yml")
+    assert {"schedule", "workflow_dispatch", "pull_request"} <= set(sweep["on"])
+    paths = sweep["on"]["pull_request"]["paths"]
+    assert {"chapters/**", "papernotes/**", "tests/mutants/**"} <= set(paths)
+    jobs = sweep["jobs"]
+    plan = "\n".join(s.get("run", "") for s in steps(jobs["plan"]))
+    assert "tools/matrix.py --changed" in plan and "tools/matrix.py >" in plan
+    chapter = jobs["chapter"]
+    assert (
+        chapter["strategy"]["matrix"]["chapter"] == "${{ fromJSON(needs.plan.outputs.chapters) }}"
+    )
+    assert chapter["strategy"]["fail-fast"] is False
+    runs = "\n".join(s.get("run", "") for s in steps(chapter))
+    assert "tools/seeds_and_mutants.py sweep" in runs and "--out _build/sweep" in runs
+    assert "actions/upload-artifact" in uses(chapter)
+    compare = jobs["compare"]
+    assert compare["needs"] == ["plan", "chapter"] and compare["if"].startswith("always()")
+    assert "actions/download-artifact" in uses(compare)
+    assert "tools/sweep_records.py compare _build/sweep" in steps(compare)[-1]["run"]
+
+
+def test_the_book_executes_its_chapters_on_a_matrix_and_builds_once():
+    jobs = workflow("book.yml")["jobs"]
+    chapter = jobs["chapter"]
+    assert "matrix" in chapter["strategy"]
+    assert any("tools/execute.py --out" in s.get("run", "") for s in steps(chapter))
+    build = jobs["build"]
+    assert build["needs"] == "chapter" and "actions/download-artifact" in uses(build)
+    runs = [s.get("run", "") for s in steps(build)]
+    assert any("tools/execute.py --from _build/executed" in r for r in runs)
+    assert runs.index("make book") > next(i for i, r in enumerate(runs) if "--from" in r)
+
+
+def test_the_matrix_names_the_chapters_a_change_reaches():
+    import matrix
+
+    every = [p.stem for p in book.toc_chapters()]
+    assert matrix.reached(["papernotes/training.py"]) == every  # a shared module: all
+    assert matrix.reached(["requirements.txt"]) == every
+    assert matrix.reached(["README.md", "intro.md", "tests/test_browser.py"]) == []
+    assert matrix.reached(["chapters/jsma.ipynb", "tests/mutants/ggnn.py"]) == ["ggnn", "jsma"]
+    # a paper's folder reaches its chapter and the later chapters that import it
+    reached = matrix.reached(["papernotes/batch_norm/__init__.py"])
+    assert reached[0] == "batch_norm" and {"recurrent_batch_norm", "selu"} <= set(reached)
+    assert "jsma" not in reached

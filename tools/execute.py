@@ -17,6 +17,16 @@ Each execution writes its chapter's claims record into _build/records (for the s
 copy is kept beside the cache, so a chapter that is not re-executed still has its record.
 `make clean` removes the cache, and the next `make book` executes everything.
 
+On the CI's matrix (.github/workflows/book.yml) each job executes one chapter and keeps it,
+and one job builds the book from them all without executing again:
+
+    .venv/bin/python tools/execute.py --out DIR chapters/x.ipynb   # a matrix job
+    .venv/bin/python tools/execute.py --from DIR && make book      # the build job
+
+`--out` executes the chapters named (whatever the cache holds) and writes each executed notebook
+and its claims record into DIR; `--from` files the executed notebooks found in DIR into the cache,
+as if this script had executed them, so that the build that follows executes nothing.
+
 Exits non-zero, naming the chapter and the cell, when a chapter fails.
 """
 
@@ -109,9 +119,60 @@ def restore_records(chapters: list[Path]) -> None:
             shutil.copy(kept, RECORDS / kept.name)
 
 
-def main() -> int:
+def execute_into(folder: Path, chapters: list[Path]) -> int:
+    """Execute `chapters` and write each, with its record, into `folder` (a matrix job)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    start, failed = time.perf_counter(), []
+    for done, (path, result, failure) in enumerate(kernels.in_parallel(run, chapters), 1):
+        if failure is not None:
+            failed.append(path.stem)
+            kernels.progress(done, len(chapters), start, f"FAILED {failure}")
+            continue
+        text, record, seconds = result
+        source = nbformat.read(path, as_version=4)
+        executed = with_outputs(source, nbformat.reads(text, as_version=4))
+        nbformat.write(executed, folder / path.name)
+        if record is not None:
+            (folder / f"{path.stem}.json").write_text(record)
+        kernels.progress(done, len(chapters), start, f"{path.stem} ({seconds:.0f} s)")
+    return 1 if failed else 0
+
+
+def file_from(folder: Path) -> int:
+    """File the executed chapters in `folder` into the cache (the matrix's build job)."""
     from jupyter_cache import get_cache
 
+    cache = get_cache(CACHE)
+    keys = json.loads(KEYS.read_text()) if KEYS.exists() else {}
+    chapters = {p.stem: p for p in book.toc_chapters()}
+    found = sorted(folder.glob("*.ipynb"))
+    missing = sorted(set(chapters) - {p.stem for p in found})
+    if missing:
+        print(f"no executed copy in {folder} of: {', '.join(missing)}", file=sys.stderr)
+        return 1
+    for executed in found:
+        record = folder / f"{executed.stem}.json"
+        text = record.read_text() if record.exists() else None
+        store(cache, chapters[executed.stem], executed.read_text(), text, keys)
+    restore_records(list(chapters.values()))
+    print(f"filed {len(found)} executed chapters from {folder} into the cache", file=sys.stderr)
+    return 0
+
+
+def main(argv=None) -> int:
+    import argparse
+
+    from jupyter_cache import get_cache
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("chapters", nargs="*", type=Path, help="with --out: the chapters to run")
+    parser.add_argument("--out", type=Path, help="execute the chapters into this folder")
+    parser.add_argument("--from", dest="source", type=Path, help="file executed chapters")
+    args = parser.parse_args(argv)
+    if args.out is not None:
+        return execute_into(args.out, [p.resolve() for p in args.chapters] or book.toc_chapters())
+    if args.source is not None:
+        return file_from(args.source)
     chapters = book.toc_chapters()
     cache = get_cache(CACHE)
     keys = json.loads(KEYS.read_text()) if KEYS.exists() else {}

@@ -4,7 +4,6 @@ tests/seeds_and_mutants/<slug>.json (tools/sweep_records.py).
     .venv/bin/python tools/seeds_and_mutants.py seeds   [chapters/x.ipynb ...]   # make seeds
     .venv/bin/python tools/seeds_and_mutants.py mutants [chapters/x.ipynb ...]   # make mutants
     .venv/bin/python tools/seeds_and_mutants.py sweep   [chapters/x.ipynb ...]   # make sweep
-    .venv/bin/python tools/seeds_and_mutants.py compare FRESH_DIR [--committed DIR]
 
 `seeds` executes each chapter under five held-out seeds (SEEDS: no design choice may use them)
 and records, per claim, on how many of the five it held (its condition, with every null failing
@@ -20,9 +19,8 @@ it survives when the chapter passes, and it crashes when something else stops th
 Every mutant must be caught, and none may move a null: a null computed by code the mechanism's
 bugs reach would break with the mechanism and prove nothing.
 
-`sweep` does both in one pool of workers. `compare` reads the records a fresh sweep wrote (the
-sweep workflow's matrix jobs) and fails, naming chapter and row, where one contradicts the
-committed record.
+`sweep` does both in one pool of workers; `--out DIR` writes the records elsewhere (the sweep
+workflow's matrix jobs), and tools/sweep_records.py compares them with the committed ones.
 
 Each execution runs the chapter only up to its claim check (the knob panels after it are not
 needed), JOBS at a time (`--jobs`, or $JOBS; 2 by default, one single-threaded kernel per core),
@@ -288,33 +286,15 @@ def sweep(parts, chapters, workers, timeout, out: Path = RECORDS) -> bool:
     return ok
 
 
-def compare_with_committed(fresh: Path, committed: Path) -> int:
-    problems = []
-    found = sweep_records.load_all(fresh)
-    if not found:
-        problems.append(f"no records in {fresh}")
-    for slug, record in found.items():
-        problems += sweep_records.compare(sweep_records.load(slug, committed), record, slug)
-    for line in problems:
-        print(f"DOES NOT REPRODUCE: {line}")
-    print(f"compared {len(found)} chapter record(s) with {committed}: {len(problems)} problem(s)")
-    return 1 if problems else 0
-
-
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("what", choices=(*PARTS, "compare"))
+    parser.add_argument("what", choices=tuple(PARTS))
     parser.add_argument("chapters", nargs="*", type=Path, help="notebooks (default: the book)")
     parser.add_argument("--jobs", type=int, default=None, help="parallel executions ($JOBS)")
     parser.add_argument("--timeout", type=int, default=EXECUTION_TIMEOUT_S, help="seconds a run")
     parser.add_argument("--stale", action="store_true", help="only chapters whose record is old")
     parser.add_argument("--out", type=Path, default=RECORDS, help="where the records go")
-    parser.add_argument("--committed", type=Path, default=RECORDS, help="compare: committed dir")
     args = parser.parse_args(argv)
-    if args.what == "compare":
-        if len(args.chapters) != 1:
-            parser.error("compare takes one folder: the fresh sweep's records")
-        return compare_with_committed(args.chapters[0].resolve(), args.committed.resolve())
     workers = args.jobs if args.jobs is not None else kernels.jobs()
     if workers < 1:
         parser.error(f"--jobs must be at least 1; got {workers}")

@@ -2,8 +2,12 @@
 
 Written by `make seeds`, `make mutants` and `make sweep` (tools/seeds_and_mutants.py), read by the
 staleness tests (tests/test_seeds_and_mutants.py), the scoreboard, and the sweep workflow's last
-job, which compares the records its matrix jobs wrote with the committed ones (`compare`). A
-change to one chapter touches one file, so two pull requests on two chapters never conflict.
+job, which compares the records its matrix jobs wrote with the committed ones:
+
+    python tools/sweep_records.py compare FRESH_DIR [--committed DIR]
+
+(it needs only PyYAML, no kernel). A change to one chapter touches one file, so two pull
+requests on two chapters never conflict.
 
 A record holds, under "seeds" and "mutants", the hash of what the chapter's results depend on
 (tools/behaviour.py) beside what the runs found:
@@ -17,11 +21,14 @@ A record holds, under "seeds" and "mutants", the hash of what the chapter's resu
 
 from __future__ import annotations
 
+import argparse
 import fcntl
 import json
 import math
+import sys
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 import book
 
 RECORDS = book.ROOT / "tests" / "seeds_and_mutants"
@@ -161,3 +168,32 @@ def _compare_mutants(committed: dict, fresh: dict, slug: str) -> list[str]:
                 f"(committed: {sorted(result['failed_claims'])})"
             )
     return problems
+
+
+def compare_folders(fresh: Path, committed: Path = RECORDS) -> list[str]:
+    """Every contradiction between the records in `fresh` and the committed ones."""
+    found = load_all(fresh)
+    if not found:
+        return [f"no records in {fresh}"]
+    problems = []
+    for slug, record in found.items():
+        problems += compare(load(slug, committed), record, slug)
+    return problems
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description="Compare a fresh sweep with the committed one")
+    parser.add_argument("what", choices=("compare",))
+    parser.add_argument("fresh", type=Path, help="the fresh sweep's records")
+    parser.add_argument("--committed", type=Path, default=RECORDS, help="the committed records")
+    args = parser.parse_args(argv)
+    problems = compare_folders(args.fresh.resolve(), args.committed.resolve())
+    for line in problems:
+        print(f"DOES NOT REPRODUCE: {line}")
+    count = len(load_all(args.fresh))
+    print(f"compared {count} chapter record(s) with {args.committed}: {len(problems)} problem(s)")
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
