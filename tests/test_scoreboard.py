@@ -103,13 +103,24 @@ def test_the_summary_counts_every_status_and_each_chapter_gets_a_section(tmp_pat
     for path in CHAPTERS:
         assert f"## {scoreboard.chapter_title(path)}\n" in page
         assert f"{{doc}}`Read the chapter <chapters/{path.stem}>`" in page
-        assert f"{{doc}}`{scoreboard.short_title(path)} <chapters/{path.stem}>`" in page
+        name = scoreboard.short_name(path)
+        assert f'<a href="chapters/{path.stem}.html">{name}</a>' in page.replace("&#x27;", "'")
     # the overview comes first, a row per chapter
     assert page.index("## The book at a glance") < page.index(
         f"## {scoreboard.chapter_title(CHAPTERS[0])}"
     )
-    assert "| 1 | 1 | 1 | 0 | 0 | yes | 2 of 2 | 1 of 2 (stale) | 12 s |" in page
+    row = (
+        '<td data-label="reproduced">1</td><td data-label="analog">1</td>'
+        '<td data-label="not reproduced">1</td><td data-label="not run">0</td>'
+        '<td data-label="checks">0</td><td data-label="headline beats its null">yes</td>'
+        '<td data-label="rows on 4 of 5 seeds">2/2</td>'
+        '<td data-label="broken mechanisms caught">1/2*</td><td data-label="run time">12 s</td>'
+    )
+    assert row in page and "* stale: the chapter changed since" in page
     assert page.count("<svg") == 1 and page.count('class="pn-scoreboard"') == len(CHAPTERS)
+    assert page.count('class="pn-overview"') == 1
+    top, sections = scoreboard.parts(tmp_path / "records", results)
+    assert "## The book at a glance" in top and "## The book at a glance" not in sections
     # a claim's row: statement, status, margin, seeds with their strip, catches; the rest folded
     assert '<td data-label="claim">b<details><summary>what it rests on</summary>' in page
     assert "<li><em>paper</em>: p | q</li>" in page
@@ -148,6 +159,13 @@ def test_a_failing_claim_a_passing_null_a_waiver_and_a_missing_record_show(tmp_p
     assert "not run" in page
     if len(CHAPTERS) > 1:
         assert "has not been executed in this build" in page
+
+
+def test_short_names_fit_a_line_of_the_overview():
+    names = {p.stem: scoreboard.short_name(p) for p in CHAPTERS}
+    assert all(len(n) <= scoreboard.SHORT_NAME_CHARACTERS for n in names.values()), names
+    if "ggnn" in names:
+        assert names["ggnn"] == "GGNN"
 
 
 def test_the_headline_verdict_on_its_nulls():

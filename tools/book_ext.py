@@ -12,15 +12,56 @@ PAPERNOTES_EXECUTE, when set, overrides _config.yml's execute_notebooks for this
 the test command builds with "off", from the outputs that nbval has just checked against a fresh
 run, so that each chapter executes once per test run.
 
-It appends the scoreboard's tables (tools/scoreboard.py) to scoreboard.md as that page is read.
+It writes the scoreboard's overview and tables (tools/scoreboard.py) into scoreboard.md as that
+page is read, where the page marks them.
 
 It also drops repeated inline scripts from the pages: under jupyter-book 1.0.4 sphinx-thebe adds
 its configuration script twice, and the second copy throws "THEBE_JS_URL has already been
 declared" in every reader's console.
+
+And it mends what an accessibility audit (axe-core, in tests/test_browser.py) finds in the
+theme's markup, on every page once the build is done (`accessible_pages`):
+
+- the search field's button and the colour-mode button are named by an aria-label that leaves
+  out their visible text ("Search" for "Search Ctrl+K"; icons titled Light, Dark, System
+  Settings): the label goes, so the name is the text a reader sees (axe's
+  label-content-name-mismatch, serious);
+- the fold of a hidden cell's input (`<summary aria-label="Toggle hidden content">`) hides its
+  visible "Show code cell source" the same way;
+- a bibliography's `<div role="list" class="citation-list">` holds entries that are not list
+  items (aria-required-children, critical): the role goes.
+
+The sidebar's second search field is left out in _config.yml (html_sidebars): one search box.
 """
 
 import os
+import re
 from pathlib import Path
+
+# (pattern, replacement) applied to every built page; each is idempotent.
+ACCESSIBLE_MARKUP = [
+    (
+        re.compile(
+            r'(<button class="btn search-button-field search-button__button[^"]*" '
+            r'title="Search") aria-label="Search"'
+        ),
+        r"\1",
+    ),
+    (re.compile(r'(<i class="theme-switch [^"]*" data-mode="\w+")\s+title="[^"]*"'), r"\1"),
+    (re.compile(r'<summary aria-label="Toggle hidden content">'), "<summary>"),
+    (re.compile(r'<div role="list" class="citation-list">'), '<div class="citation-list">'),
+]
+
+
+def accessible_pages(app, exception):
+    if exception is not None or app.builder.format != "html":
+        return
+    for page in Path(app.outdir).rglob("*.html"):
+        text = original = page.read_text()
+        for pattern, replacement in ACCESSIBLE_MARKUP:
+            text = pattern.sub(replacement, text)
+        if text != original:
+            page.write_text(text)
 
 
 def drop_repeated_scripts(app, pagename, templatename, context, doctree):
@@ -65,11 +106,23 @@ def the_scoreboard_is_always_outdated(app, env, added, changed, removed):
     return [SCOREBOARD] if SCOREBOARD in env.found_docs else []
 
 
+OVERVIEW_HERE = "% the book at a glance goes here"
+CHAPTERS_HERE = "% the chapters' sections go here"
+
+
 def append_the_scoreboard(app, docname, source):
+    # The page's summary and overview go where scoreboard.md marks them (right under its title,
+    # so that the whole book is on the first screen), the chapters' sections after its legend.
     if docname == SCOREBOARD:
         import scoreboard
 
-        source[0] += "\n" + scoreboard.markdown(Path(os.environ["PAPERNOTES_RECORD_DIR"]))
+        top, chapters = scoreboard.parts(Path(os.environ["PAPERNOTES_RECORD_DIR"]))
+        text = source[0]
+        if OVERVIEW_HERE not in text or CHAPTERS_HERE not in text:
+            raise ValueError(
+                f"scoreboard.md must hold the lines {OVERVIEW_HERE!r} and {CHAPTERS_HERE!r}"
+            )
+        source[0] = text.replace(OVERVIEW_HERE, top).replace(CHAPTERS_HERE, chapters)
 
 
 def setup(app):
@@ -80,4 +133,5 @@ def setup(app):
     app.connect("env-get-outdated", the_scoreboard_is_always_outdated)
     app.connect("source-read", append_the_scoreboard)
     app.connect("html-page-context", drop_repeated_scripts)
+    app.connect("build-finished", accessible_pages)
     return {"parallel_read_safe": True, "parallel_write_safe": True}

@@ -49,14 +49,24 @@ def load_records(records: Path) -> dict[str, dict]:
 
 def markdown(records_dir: Path, results_dir: Path = sweep_records.RECORDS) -> str:
     """The scoreboard's summary, its overview and one section per chapter, as MyST markdown."""
+    top, chapters = parts(records_dir, results_dir)
+    return top + chapters
+
+
+def parts(records_dir: Path, results_dir: Path = sweep_records.RECORDS) -> tuple[str, str]:
+    """The page's two generated parts: the summary with the overview (the top of the page), and
+    the chapters' sections (after the page's legend)."""
     records = load_records(records_dir)
     results = sweep_records.load_all(results_dir) if results_dir.is_dir() else {}
     chapters = book.toc_chapters()
     summaries = [summary(p, records.get(p.stem), results.get(p.stem, {})) for p in chapters]
-    lines = [*summary_lines(records, chapters, results), *overview(summaries)]
+    top = [*summary_lines(records, chapters, results), *overview(summaries)]
+    sections: list[str] = []
     for path, chapter in zip(chapters, summaries, strict=True):
-        lines += chapter_section(path, records.get(path.stem), results.get(path.stem, {}), chapter)
-    return "\n".join(lines) + "\n"
+        sections += chapter_section(
+            path, records.get(path.stem), results.get(path.stem, {}), chapter
+        )
+    return "\n".join(top) + "\n", "\n".join(sections) + "\n"
 
 
 # -- one chapter in numbers ----------------------------------------------------------------------
@@ -64,7 +74,7 @@ def markdown(records_dir: Path, results_dir: Path = sweep_records.RECORDS) -> st
 
 def summary(path: Path, record: dict | None, result: dict) -> dict:
     """What the overview shows of one chapter."""
-    found = {"slug": path.stem, "title": short_title(path), "record": record is not None}
+    found = {"slug": path.stem, "name": short_name(path), "record": record is not None}
     if record is None:
         return found
     claims = record["claims"]
@@ -180,87 +190,117 @@ def _mutants(results: dict, path: Path) -> dict | None:
     return results.get(path.stem, {}).get("mutants")
 
 
+OVERVIEW_COLUMNS = [
+    ("chapter", "chapter"),
+    ("repr.", "reproduced"),
+    ("analog", "analog"),
+    ("not repr.", "not reproduced"),
+    ("not run", "not run"),
+    ("checks", "checks"),
+    ("beats its null", "headline beats its null"),
+    ("seeds 4/5", "rows on 4 of 5 seeds"),
+    ("caught", "broken mechanisms caught"),
+    ("time", "run time"),
+]
+
+
 def overview(summaries: list[dict]) -> list[str]:
     """The whole book on one screen: a picture, then a compact table, a row per chapter."""
-    header = (
-        "| chapter | reproduced | analog | not repr. | not run | checks | headline beats its "
-        "null | rows on 4 of 5 seeds | broken caught | run time |"
-    )
-    rows = [header, "|" + "---|" * 10]
-    for s in summaries:
-        link = f"{{doc}}`{s['title']} <chapters/{s['slug']}>`"
-        if not s["record"]:
-            rows.append(f"| {link} | | | | | | not executed in this build | | | |")
-            continue
-        counts = s["counts"]
-        cells = [
-            link,
-            counts["reproduced"],
-            counts["analog"],
-            counts["not reproduced"],
-            counts["not run"],
-            s["checks"],
-            s["headline_null"],
-            _fraction(s["seeds"], s["seeds_stale"]),
-            _fraction(s["caught"], s["mutants_stale"]),
-            f"{s['seconds']:.0f} s",
-        ]
-        rows.append("| " + " | ".join(_cell(c) for c in cells) + " |")
     return [
         "## The book at a glance",
         "",
         "```{raw} html",
         overview_svg(summaries),
-        "```",
-        "",
-        "```{container} pn-overview",
-        *rows,
+        overview_table(summaries),
         "```",
         "",
     ]
+
+
+def overview_table(summaries: list[dict]) -> str:
+    head = "".join(
+        f'<th title="{html.escape(long)}">{html.escape(short)}</th>'
+        for short, long in OVERVIEW_COLUMNS
+    )
+    rows = []
+    for s in summaries:
+        link = f'<a href="chapters/{s["slug"]}.html">{html.escape(s["name"])}</a>'
+        if not s["record"]:
+            cells = [link, *[""] * 5, "not executed in this build", "", "", ""]
+        else:
+            counts = s["counts"]
+            cells = [
+                link,
+                counts["reproduced"],
+                counts["analog"],
+                counts["not reproduced"],
+                counts["not run"],
+                s["checks"],
+                html.escape(s["headline_null"]),
+                _fraction(s["seeds"], s["seeds_stale"]),
+                _fraction(s["caught"], s["mutants_stale"]),
+                f"{s['seconds']:.0f} s",
+            ]
+        tds = "".join(
+            f'<td data-label="{html.escape(long)}">{cell}</td>'
+            for (_, long), cell in zip(OVERVIEW_COLUMNS, cells, strict=True)
+        )
+        rows.append(f"<tr>{tds}</tr>")
+    stale = any(s.get("seeds_stale") or s.get("mutants_stale") for s in summaries)
+    note = (
+        '<p class="pn-note">* stale: the chapter changed since its seeds or mutants ran.</p>'
+        if stale
+        else ""
+    )
+    return (
+        f'<table class="pn-overview"><thead><tr>{head}</tr></thead>'
+        f"<tbody>{''.join(rows)}</tbody></table>{note}"
+    )
 
 
 def _fraction(pair: tuple[int, int] | None, stale: bool) -> str:
     if pair is None:
         return "not run"
-    return f"{pair[0]} of {pair[1]}" + (" (stale)" if stale else "")
+    return f"{pair[0]}/{pair[1]}" + ("*" if stale else "")
 
 
 def overview_svg(summaries: list[dict]) -> str:
     """A bar a chapter, its paper's claims by status, and a mark for the headline and its null:
     colour-blind-safe colours, text in the page's own colour (light or dark)."""
-    row_h, label_w, bar_w, unit = 22, 190, 330, 14
+    row_h, label_w, unit = 18, 170, 12
     shown = [s for s in summaries if s["record"]]
-    height = row_h * (len(shown) + 1) + 8
-    width = label_w + bar_w + 150
+    longest = max((sum(s["counts"].values()) for s in shown), default=1)
+    bar_w = unit * longest + 10
+    height = row_h * (len(shown) + 1) + 6
+    width = label_w + bar_w + 130
     parts = [
         f'<svg class="pn-overview-chart" role="img" viewBox="0 0 {width} {height}" '
-        f'width="100%" xmlns="http://www.w3.org/2000/svg" font-size="12" fill="currentColor">',
+        f'width="100%" xmlns="http://www.w3.org/2000/svg" font-size="11" fill="currentColor">',
         "<title>Each chapter's claims of its paper by status, and whether its headline beats "
         "its nulls</title>",
     ]
     x = label_w
     for status, colour in STATUS_COLOURS.items():
-        parts.append(f'<rect x="{x}" y="4" width="10" height="10" fill="{colour}"/>')
-        parts.append(f'<text x="{x + 14}" y="13">{html.escape(status)}</text>')
-        x += 14 + 7 * len(status) + 14
+        parts.append(f'<rect x="{x}" y="3" width="9" height="9" fill="{colour}"/>')
+        parts.append(f'<text x="{x + 12}" y="11">{html.escape(status)}</text>')
+        x += 12 + 6 * len(status) + 12
     for i, s in enumerate(shown, start=1):
-        y = row_h * i + 6
-        title = html.escape(s["title"])
-        parts.append(f'<text x="{label_w - 8}" y="{y + 12}" text-anchor="end">{title}</text>')
+        y = row_h * i + 2
+        name = html.escape(s["name"])
+        parts.append(f'<text x="{label_w - 6}" y="{y + 11}" text-anchor="end">{name}</text>')
         x = label_w
         for status, colour in STATUS_COLOURS.items():
             n = s["counts"][status]
             if n:
                 parts.append(
-                    f'<rect x="{x}" y="{y + 2}" width="{n * unit - 1}" height="14" '
+                    f'<rect x="{x}" y="{y + 2}" width="{n * unit - 1}" height="12" '
                     f'fill="{colour}"><title>{n} {html.escape(status)}</title></rect>'
                 )
                 x += n * unit
         mark = {"yes": "✓ beats its nulls", "no": "✗ a null passes"}.get(
             s["headline_null"], f"· {s['headline_null']}"
         )
-        parts.append(f'<text x="{label_w + bar_w + 8}" y="{y + 12}">{html.escape(mark)}</text>')
+        parts.append(f'<text x="{label_w + bar_w}" y="{y + 11}">{html.escape(mark)}</text>')
     parts.append("</svg>")
     return "".join(parts)
 
@@ -413,6 +453,21 @@ def chapter_title(path: Path) -> str:
 def short_title(path: Path) -> str:
     """The title up to its first colon (the paper's name without its subtitle)."""
     return chapter_title(path).split(":")[0].strip()
+
+
+SHORT_NAME_CHARACTERS = 26
+
+
+def short_name(path: Path) -> str:
+    """A name short enough for a line of the overview: the title up to its colon where that is
+    short, else the chapter's slug in words (an acronym for a short one: GGNN, SELU)."""
+    title = short_title(path)
+    if len(title) <= SHORT_NAME_CHARACTERS:
+        return title
+    slug = path.stem
+    if len(slug) <= 5 and "_" not in slug:
+        return slug.upper()
+    return slug.replace("_", " ").capitalize()
 
 
 def _mutants_lines(mutants: dict | None, current: str) -> list[str]:
