@@ -294,7 +294,8 @@ def main(argv=None) -> int:
     parser.add_argument("--timeout", type=int, default=EXECUTION_TIMEOUT_S, help="seconds a run")
     parser.add_argument("--stale", action="store_true", help="only chapters whose record is old")
     parser.add_argument("--out", type=Path, default=RECORDS, help="where the records go")
-    args = parser.parse_args(argv)
+    # intermixed: `sweep --stale chapters/x.ipynb` (flags between the positionals) parses too
+    args = parser.parse_intermixed_args(argv)
     workers = args.jobs if args.jobs is not None else kernels.jobs()
     if workers < 1:
         parser.error(f"--jobs must be at least 1; got {workers}")
