@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 INSTALLED := $(VENV)/.installed
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: book test check new venv chromium lab links refresh portable bench seeds mutants sweep clean
+.PHONY: book test check new venv chromium lab links refresh portable bench seeds mutants sweep rules clean
 
 # How many chapters execute at once, in every target that executes chapters (one
 # single-threaded kernel each): `make sweep JOBS=4`. Unset, each tool picks its default: two
@@ -57,6 +57,11 @@ new: $(INSTALLED)
 	$(BIN)/python tools/new_chapter.py $(SLUG) $(if $(PART),--part "$(PART)") \
 		$(if $(TITLE),--title "$(TITLE)") $(if $(AUTHORS),--authors "$(AUTHORS)") \
 		$(if $(YEAR),--year "$(YEAR)") $(if $(ARXIV),--arxiv "$(ARXIV)")
+
+## rules: pad the house style's section rules (`# -- title ---`) to the line limit, in FILES (by
+## default every Python file of papernotes/, tools/ and tests/): nobody pads one by hand
+rules: $(INSTALLED)
+	$(BIN)/python tools/section_rules.py $(FILES)
 
 ## venv: only set up the environment
 venv: $(INSTALLED)
