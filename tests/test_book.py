@@ -357,3 +357,16 @@ def test_every_row_of_the_claims_says_its_kind(path):
         if "kind" not in {k.arg for k in c.keywords}
     ]
     assert not unnamed, f"rows without kind=: {unnamed}"
+
+
+def test_the_guide_names_every_word_the_prose_may_not_use():
+    """CONTRIBUTING.md lists the rules that live in these tests: each forbidden word of the
+    hidden-sources test appears in its section, so a contributor learns them there."""
+    guide = (book.ROOT / "CONTRIBUTING.md").read_text()
+    section = guide[guide.index("## What the tests check in a chapter") :]
+    missing = [
+        alternative
+        for alternative in HIDDEN_SOURCES.pattern.split("|")
+        if not re.search(alternative, section, re.IGNORECASE)
+    ]
+    assert not missing, f"CONTRIBUTING.md does not name {missing}"
