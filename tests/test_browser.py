@@ -172,3 +172,148 @@ def test_every_static_knob_control_swaps_the_figure_offline(offline_page, server
         offline_page.screenshot(path=str(book.ROOT / "_build" / f"{page_name}.png"))
     assert offline_page.blocked == []
     assert offline_page.errors == []
+
+
+# -- the reader's book: tables that fit, the overview first, phones, accessibility ---------------
+
+DESKTOP, PHONE = {"width": 1280, "height": 900}, {"width": 390, "height": 844}
+WIDE_TABLES = "table.pn-claims, table.pn-scoreboard, table.pn-overview"
+# axe-core runs its rules as shipped, plus one it marks experimental that names a control by a
+# label leaving out its visible text (the theme's search field and colour-mode button did).
+AXE_OPTIONS = {"rules": {"label-content-name-mismatch": {"enabled": True}}}
+SERIOUS = ("serious", "critical")
+OVERVIEW_SCREENSHOT = "_static/scoreboard-overview.png"  # in the built book
+
+
+@pytest.fixture
+def sized_page(browser, server):
+    """A page of the given viewport and colour scheme, offline like `offline_page`."""
+    contexts = []
+
+    def open_page(viewport, scheme="light"):
+        context = browser.new_context(viewport=viewport, color_scheme=scheme)
+        contexts.append(context)
+        page = context.new_page()
+        context.route(
+            "**/*",
+            lambda r: r.continue_() if r.request.url.startswith(server) else r.abort(),
+        )
+        return page
+
+    yield open_page
+    for context in contexts:
+        context.close()
+
+
+def overflowing_tables(page) -> list:
+    """Tables wider than the text column they sit in (their scroll width, the column's)."""
+    return page.evaluate(
+        """(selector) => [...document.querySelectorAll(selector)].map(t => {
+            const column = t.closest('article') || document.body;
+            const style = getComputedStyle(column);
+            const inner = column.clientWidth - parseFloat(style.paddingLeft)
+                - parseFloat(style.paddingRight);
+            return [t.className, Math.ceil(t.scrollWidth), Math.floor(inner)];
+        }).filter(([, width, inner]) => width > inner + 1)""",
+        WIDE_TABLES,
+    )
+
+
+def test_claim_and_scoreboard_tables_fit_the_column_and_phones_never_scroll_sideways(
+    sized_page, server
+):
+    urls = [*chapter_urls(server), f"{server}/scoreboard.html"]
+    desktop, phone = sized_page(DESKTOP), sized_page(PHONE)
+    for url in urls:
+        desktop.goto(url)
+        assert desktop.locator(WIDE_TABLES).count() >= 1, url
+        assert overflowing_tables(desktop) == [], url
+        phone.goto(url)
+        assert overflowing_tables(phone) == [], url
+        sideways = phone.evaluate("document.documentElement.scrollWidth - window.innerWidth")
+        assert sideways <= 1, (url, sideways)
+
+
+def test_the_scoreboard_opens_with_the_whole_book_on_one_screen(sized_page, server, built_book):
+    page = sized_page(DESKTOP)
+    page.goto(f"{server}/scoreboard.html")
+    chart, table = page.locator("svg.pn-overview-chart"), page.locator("table.pn-overview")
+    assert chart.count() == 1 and table.locator("tbody tr").count() == len(book.toc_chapters())
+    top = page.evaluate("document.querySelector('svg.pn-overview-chart').getBoundingClientRect()")
+    assert top["y"] + top["height"] <= DESKTOP["height"], top  # the whole picture above the fold
+    first_row = table.locator("tbody tr").first.bounding_box()
+    assert first_row["y"] < DESKTOP["height"], first_row
+    # kept with the built book, for a reader (or a reviewer) to see what the overview looks like
+    table.scroll_into_view_if_needed()
+    page.locator("#the-book-at-a-glance").screenshot(path=str(built_book / OVERVIEW_SCREENSHOT))
+
+
+def test_each_chapter_opens_with_its_paper_the_setup_cell_folded(sized_page, server):
+    page = sized_page(DESKTOP)
+    for url in chapter_urls(server):
+        page.goto(url)
+        first = page.locator("div.cell").first
+        assert "tag_hide-cell" in first.get_attribute("class"), url
+        assert not first.locator("pre").first.is_visible(), url  # its code is folded away
+        # what the reader sees first is the title and the paper, not the Colab install
+        assert page.locator("h1").first.bounding_box()["y"] < first.bounding_box()["y"], url
+
+
+def test_figures_of_several_panels_scroll_as_one_on_a_phone(sized_page, server):
+    page = sized_page(PHONE)
+    seen = 0
+    for url in chapter_urls(server):
+        page.goto(url)
+        page.wait_for_load_state("load")
+        wide = page.locator("img.pn-wide-figure")
+        for i in range(wide.count()):
+            image = wide.nth(i)
+            if not image.is_visible():
+                continue
+            seen += 1
+            width = image.evaluate("el => el.getBoundingClientRect().width")
+            scrolls = image.evaluate(
+                "el => { const c = el.closest('.cell_output');"
+                " return [c.scrollWidth > c.clientWidth, c.getAttribute('tabindex')]; }"
+            )
+            assert width >= 560 and scrolls == [True, "0"], (url, i, width, scrolls)
+    assert seen > 0, "no figure of several panels on any chapter"
+
+
+def axe_violations(page) -> list:
+    from axe_playwright_python.sync_playwright import Axe
+
+    result = Axe().run(page, options=AXE_OPTIONS)
+    return [
+        (v["id"], v["impact"], [n["target"] for n in v["nodes"]][:3])
+        for v in result.response["violations"]
+        if v["impact"] in SERIOUS
+    ]
+
+
+@pytest.mark.parametrize(
+    ("viewport", "scheme"),
+    [(DESKTOP, "light"), (DESKTOP, "dark"), (PHONE, "light")],
+    ids=["desktop", "desktop-dark", "phone"],
+)
+def test_axe_finds_nothing_serious_or_critical_on_any_page(sized_page, server, viewport, scheme):
+    page = sized_page(viewport, scheme)
+    found = {}
+    for url in every_url(server):
+        page.goto(url)
+        page.wait_for_load_state("load")
+        if scheme == "dark":  # the theme's own switch, as a reader would flip it
+            page.evaluate("document.documentElement.dataset.theme = 'dark'")
+        violations = axe_violations(page)
+        if violations:
+            found[url] = violations
+    assert found == {}
+
+
+def test_one_search_box(sized_page, server):
+    for viewport in (DESKTOP, PHONE):
+        page = sized_page(viewport)
+        page.goto(f"{server}/intro.html")
+        buttons = page.locator("button.search-button__button")
+        visible = [i for i in range(buttons.count()) if buttons.nth(i).is_visible()]
+        assert len(visible) == 1, (viewport, visible)
