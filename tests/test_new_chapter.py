@@ -24,7 +24,7 @@ SLUG = "mixup"
 WRITTEN = {
     "mechanism.py": f"papernotes/{SLUG}/__init__.py",
     "experiment.py": f"papernotes/{SLUG}/experiment.py",
-    "test_mixup.py": f"tests/test_{SLUG}.py",
+    "mixup_tests.py": f"tests/test_{SLUG}.py",
     "mutants.py": f"tests/mutants/{SLUG}.py",
 }
 
