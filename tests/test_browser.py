@@ -256,7 +256,8 @@ def test_each_chapter_opens_with_its_paper_the_setup_cell_folded(sized_page, ser
         assert "tag_hide-cell" in first.get_attribute("class"), url
         assert not first.locator("pre").first.is_visible(), url  # its code is folded away
         # what the reader sees first is the title and the paper, not the Colab install
-        assert page.locator("h1").first.bounding_box()["y"] < first.bounding_box()["y"], url
+        title = page.locator("article h1").first.bounding_box()
+        assert title is not None and title["y"] < first.bounding_box()["y"], url
 
 
 def test_figures_of_several_panels_scroll_as_one_on_a_phone(sized_page, server):
@@ -273,8 +274,11 @@ def test_figures_of_several_panels_scroll_as_one_on_a_phone(sized_page, server):
             seen += 1
             width = image.evaluate("el => el.getBoundingClientRect().width")
             scrolls = image.evaluate(
-                "el => { const c = el.closest('.cell_output');"
-                " return [c.scrollWidth > c.clientWidth, c.getAttribute('tabindex')]; }"
+                """el => { let c = el.parentElement;
+                    while (c && !['auto', 'scroll'].includes(getComputedStyle(c).overflowX))
+                        c = c.parentElement;
+                    return [!!c && c.scrollWidth > c.clientWidth,
+                            c && c.getAttribute('tabindex')]; }"""
             )
             assert width >= 560 and scrolls == [True, "0"], (url, i, width, scrolls)
     assert seen > 0, "no figure of several panels on any chapter"

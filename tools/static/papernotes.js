@@ -14,10 +14,19 @@
       container.removeAttribute("aria-label");
     }
   }
+  // The box that scrolls: the nearest one around the picture that lets its content overflow.
+  function scroller(image) {
+    for (var box = image.parentElement; box; box = box.parentElement) {
+      var overflow = getComputedStyle(box).overflowX;
+      if (overflow === "auto" || overflow === "scroll") return box;
+      if (box.classList.contains("cell_output")) return box;
+    }
+    return null;
+  }
   function mark(image) {
     if (image.naturalHeight > 0 && image.naturalWidth / image.naturalHeight >= 1.8) {
       image.classList.add("pn-wide-figure");
-      var container = image.closest(".cell_output");
+      var container = scroller(image);
       if (container) {
         reachable(container);
         window.addEventListener("resize", function () { reachable(container); });
