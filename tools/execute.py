@@ -119,9 +119,9 @@ def restore_records(chapters: list[Path]) -> None:
             shutil.copy(kept, RECORDS / kept.name)
 
 
-def execute_into(folder: Path, chapters: list[Path]) -> int:
-    """Execute `chapters` and write each, with its record, into `folder` (a matrix job)."""
-    folder.mkdir(parents=True, exist_ok=True)
+def execute_each(chapters: list[Path], keep) -> list[str]:
+    """Execute `chapters` $JOBS at a time, calling `keep(path, text, record)` for each that
+    passes, with a line of progress for each; returns the slugs of those that failed."""
     start, failed = time.perf_counter(), []
     for done, (path, result, failure) in enumerate(kernels.in_parallel(run, chapters), 1):
         if failure is not None:
@@ -129,13 +129,24 @@ def execute_into(folder: Path, chapters: list[Path]) -> int:
             kernels.progress(done, len(chapters), start, f"FAILED {failure}")
             continue
         text, record, seconds = result
+        keep(path, text, record)
+        kernels.progress(done, len(chapters), start, f"{path.stem} ({seconds:.0f} s)")
+    if failed:
+        print(f"chapters that failed: {', '.join(failed)}", file=sys.stderr)
+    return failed
+
+
+def execute_into(folder: Path, chapters: list[Path]) -> int:
+    """Execute `chapters` and write each, with its record, into `folder` (a matrix job)."""
+    folder.mkdir(parents=True, exist_ok=True)
+
+    def keep(path: Path, text: str, record: str | None) -> None:
         source = nbformat.read(path, as_version=4)
-        executed = with_outputs(source, nbformat.reads(text, as_version=4))
-        nbformat.write(executed, folder / path.name)
+        nbformat.write(with_outputs(source, nbformat.reads(text, as_version=4)), folder / path.name)
         if record is not None:
             (folder / f"{path.stem}.json").write_text(record)
-        kernels.progress(done, len(chapters), start, f"{path.stem} ({seconds:.0f} s)")
-    return 1 if failed else 0
+
+    return 1 if execute_each(chapters, keep) else 0
 
 
 def file_from(folder: Path) -> int:
@@ -182,18 +193,8 @@ def main(argv=None) -> int:
         f"executing {len(stale)}",
         file=sys.stderr,
     )
-    start, failed = time.perf_counter(), []
-    for done, (path, result, failure) in enumerate(kernels.in_parallel(run, stale), 1):
-        if failure is not None:
-            failed.append(path.stem)
-            kernels.progress(done, len(stale), start, f"FAILED {failure}")
-            continue
-        text, record, seconds = result
-        store(cache, path, text, record, keys)
-        kernels.progress(done, len(stale), start, f"{path.stem} ({seconds:.0f} s)")
+    failed = execute_each(stale, lambda path, text, record: store(cache, path, text, record, keys))
     restore_records(chapters)
-    if failed:
-        print(f"chapters that failed: {', '.join(failed)}", file=sys.stderr)
     return 1 if failed else 0
 
 
