@@ -71,6 +71,23 @@ def test_each_chapter_opens_with_the_books_setup_cell(path):
     assert book.repository_url() in first_code.source
 
 
+@pytest.mark.parametrize("path", CHAPTERS, ids=chapter_id)
+def test_each_chapters_setup_cell_is_folded_on_the_page(path):
+    first_code = next(c for c in load(path).cells if c.cell_type == "code")
+    assert book.SETUP_CELL_TAG in first_code.metadata.get("tags", []), "run `make refresh` for it"
+
+
+def test_refresh_writes_the_setup_cell_with_its_tag():
+    import refresh
+
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("import papernotes")])
+    nb.cells[0].metadata["tags"] = ["nbval-check-output"]
+    refresh.write_setup_cell(nb)
+    refresh.write_setup_cell(nb)  # idempotent
+    assert nb.cells[0].source == book.setup_cell_source()
+    assert nb.cells[0].metadata["tags"] == [book.SETUP_CELL_TAG, "nbval-check-output"]
+
+
 def test_the_setup_cell_installs_only_in_colab():
     source = book.setup_cell_source()
     assert 'if "google.colab" in sys.modules:' in source

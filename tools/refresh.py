@@ -3,8 +3,9 @@
     .venv/bin/python tools/refresh.py                        # every chapter
     .venv/bin/python tools/refresh.py chapters/concrete.ipynb
 
-Each chapter gets the book's setup cell (tools/book.py), runs top to bottom in a fresh kernel in
-chapters/ with progress bars off (tools/kernels.py), two chapters at a time, and is saved with
+Each chapter gets the book's setup cell (tools/book.py, tagged to be folded on the page), runs
+top to bottom in a fresh kernel in chapters/ with progress bars off (tools/kernels.py), $JOBS
+chapters at a time, and is saved with
 what varies between runs taken out: execution timestamps, widget state, and the live-widget view
 of knob panels (a stored widget view has no kernel behind it; the panel's static HTML view stays
 and shows in Jupyter until the cell runs). The machine that computed the outputs is written into
@@ -29,8 +30,13 @@ WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 
 
 def write_setup_cell(nb) -> None:
+    """The book's setup cell, tagged so that the web page folds it (its source and its tag are
+    the book's, whatever the chapter held)."""
     first_code = next(c for c in nb.cells if c.cell_type == "code")
     first_code.source = book.setup_cell_source()
+    tags = first_code.metadata.setdefault("tags", [])
+    if book.SETUP_CELL_TAG not in tags:
+        tags.insert(0, book.SETUP_CELL_TAG)
 
 
 def normalize(nb) -> None:
