@@ -223,7 +223,9 @@ def test_the_answer_is_the_species_feared_by_the_queried_entitys_species():
         edges, types = task.edges[i], task.edge_type[i]
         query = int(task.annotation[i, :, 0].argmax())
         assert task.annotation[i, :, 0].sum() == 1 and query < experiment.N_ENTITIES
-        species = int(edges[(edges[:, 0] == query) & (types == experiment.IS), 1])
+        # "e is s" is the edge s -has member-> e: the path starts against an edge
+        species = int(edges[(edges[:, 1] == query) & (types == experiment.MEMBER), 0])
+        assert species == experiment.species_of_query(task)[i]
         feared = int(edges[(edges[:, 0] == species) & (types == experiment.HAS_FEAR), 1])
         liked = int(edges[(edges[:, 0] == species) & (types == experiment.LIKES), 1])
         assert feared == task.answer[i] and feared != species
@@ -282,7 +284,7 @@ def test_story_text_reads_the_tokens_as_facts_question_and_answer():
         facts = facts.split(", ")
         assert len(facts) == experiment.N_FACTS
         query = int(task.annotation[i, :, 0].argmax())
-        species = int(task.edges[i, query, 1])
+        species = int(task.edges[i, query, 0])
         symbol = task.symbols[i]
         assert question == f"{names[symbol[query]]} afraid of? {names[task.answer_symbol[i]]}"
         assert f"{names[symbol[query]]} is {names[symbol[species]]}" in facts
@@ -346,6 +348,18 @@ def test_the_lstm_run_logs_its_validation_accuracy_and_ends_at_its_best():
     assert values.index(best) == run.history.steps.index(at)  # the first to reach it
     # the weights it ends with are the early-stopped ones, not the last update's
     assert training.accuracy_of(run.model, val_set.tokens, val_set.answer_symbol) == best
+    assert experiment.lstm_accuracy(run.model, val_set) == best
+    assert experiment.lstm_correct(run.model, val_set).mean().item() == best
+
+
+def test_the_ggnn_run_ends_with_its_best_validation_weights():
+    train_set, val_set = experiment.deduction_task(20, 0, 1), experiment.deduction_task(40, 0, 2)
+    run = experiment.train_ggnn(
+        train_set, val_set, steps=2, hidden_size=8, updates=12, eval_every=2, lr=0.3
+    )
+    best, _ = experiment.best_validation(run)
+    assert experiment.ggnn_accuracy(run.model, val_set) == pytest.approx(best)
+    assert experiment.selection_credits(run.model, val_set).shape == (40,)
 
 
 def test_the_setting_chosen_on_validation_is_the_best_run():
@@ -357,15 +371,17 @@ def test_the_setting_chosen_on_validation_is_the_best_run():
 
     runs = {0.1: Fake([0.2, 0.3]), 0.01: Fake([0.1, 0.5, 0.4]), 0.001: Fake([0.5, 0.2])}
     assert experiment.best_validation(runs[0.01]) == (0.5, 2)
-    assert experiment.chosen_on_validation(runs) == 0.01  # the first of two at 0.5
+    # two runs reach 0.5: the one higher on average over its evaluations (the faster) wins
+    assert experiment.chosen_on_validation(runs) == 0.001
+    runs[0.001] = Fake([0.5, 0.1])
+    assert experiment.chosen_on_validation(runs) == 0.01
 
 
 def test_swapping_the_two_relations_makes_a_story_of_the_task_with_the_other_answer():
     task = experiment.deduction_task(30, 0, 1)
     swapped = experiment.relations_swapped(task)
     for i in range(len(task)):
-        query = int(task.annotation[i, :, 0].argmax())
-        species = int(task.edges[i, query, 1])
+        species = int(experiment.species_of_query(task)[i])
         liked = task.edges[i, (task.edges[i, :, 0] == species) & (task.edge_type[i] == 2), 1]
         assert swapped.answer[i] == liked and swapped.answer[i] != task.answer[i]
         # the same edges, each with the other relation's name
@@ -388,7 +404,7 @@ def test_a_type_blind_ggnn_is_right_on_at_most_one_of_a_story_and_its_swap():
     task = experiment.deduction_task(200, 0, 1)
     swapped = experiment.relations_swapped(task)
     with seeded(3):
-        blind = experiment.OneMatrixForEveryType(1, 8, steps=3)
+        blind = experiment.AblatedGGNN(8, steps=3, typed=False)
         typed = ggnn.NodeSelector(1, 8, len(experiment.EDGE_TYPES), 3)
 
     def credit(model, t):
@@ -412,8 +428,8 @@ def test_the_ablation_reads_every_edge_as_one_type():
     task = experiment.deduction_task(5, 0, 1)
     annotation, edge_index, edge_type, _, _ = task.graphs()
     with seeded(0):
-        blind = experiment.OneMatrixForEveryType(1, 8, steps=2)
-    assert blind.ggnn.incoming.shape == (1, 8, 8)
+        blind = experiment.AblatedGGNN(8, steps=2, typed=False)
+    assert blind.incoming.shape == (1, 8, 8)
     with torch.no_grad():
         shuffled = edge_type[torch.randperm(edge_type.shape[0], generator=gen(1))]
         assert torch.equal(
@@ -421,12 +437,190 @@ def test_the_ablation_reads_every_edge_as_one_type():
         )
 
 
-def test_typed_false_trains_the_ablation_on_the_same_seed():
-    train_set, val_set = experiment.deduction_task(10, 0, 1), experiment.deduction_task(10, 0, 2)
-    run = experiment.train_ggnn(train_set, val_set, steps=2, hidden_size=8, updates=2, typed=False)
-    assert isinstance(run.model, experiment.OneMatrixForEveryType)
+def ablation_with_the_mechanisms_weights(selector, **removed):
+    """An AblatedGGNN holding the NodeSelector's weights (float64)."""
+    D = selector.ggnn.hidden_size
+    ablated = experiment.AblatedGGNN(D, selector.ggnn.steps, **removed).double()
+    u = selector.ggnn.update
+    with torch.no_grad():
+        ablated.incoming.copy_(selector.ggnn.incoming)
+        ablated.outgoing.copy_(selector.ggnn.outgoing)
+        ablated.bias.copy_(selector.ggnn.bias)
+        for gate, (W, U) in {
+            "z": (u.W_z, u.U_z),
+            "r": (u.W_r, u.U_r),
+            "candidate": (u.W, u.U),
+        }.items():
+            if gate in ablated.from_messages:
+                ablated.from_messages[gate].load_state_dict(W.state_dict())
+                ablated.from_state[gate].load_state_dict(U.state_dict())
+        ablated.output.load_state_dict(selector.output.g.state_dict())
+    return ablated
+
+
+def selector_with_a_bias(seed=0, hidden_size=6, steps=3):
+    with seeded(seed):
+        selector = ggnn.NodeSelector(1, hidden_size, len(experiment.EDGE_TYPES), steps).double()
+    with torch.no_grad():
+        selector.ggnn.bias.copy_(0.1 * randn(2 * hidden_size, seed=seed + 1))
+    return selector
+
+
+def test_the_ablations_second_implementation_computes_the_mechanisms_scores():
+    # The ablations are written apart from the mechanism (dense matrix A, their own GRU): with
+    # nothing removed and the same weights they give the same scores, so an ablation's result
+    # differs from the GG-NN's only by what it removes.
+    selector = selector_with_a_bias()
+    ablated = ablation_with_the_mechanisms_weights(selector)
+    task = experiment.deduction_task(7, 0, 1)
+    annotation, edge_index, edge_type, _, _ = task.graphs()
+    annotation = annotation.double()
+    with torch.no_grad():
+        assert torch.allclose(
+            ablated(annotation, edge_index, edge_type),
+            selector(annotation, edge_index, edge_type),
+            atol=1e-12,
+        )
+
+
+def test_the_ungated_ablation_updates_with_tanh_of_messages_and_state():
+    with seeded(1):
+        ablated = experiment.AblatedGGNN(5, steps=1, gated=False).double()
+    h, A = randn(2, 8, 5, seed=2), torch.rand(2, 3, 8, 8, generator=gen(3)).double()
+    a_in = sum(A[:, k] @ h @ ablated.incoming[k].T for k in range(3))
+    a_out = sum(A[:, k].transpose(1, 2) @ h @ ablated.outgoing[k].T for k in range(3))
+    a = torch.cat([a_in, a_out], 2) + ablated.bias
+    W, U = ablated.from_messages["candidate"], ablated.from_state["candidate"]
+    with torch.no_grad():
+        assert torch.allclose(ablated.round(h, A), torch.tanh(W(a) + U(h)), atol=1e-12)
+    assert set(ablated.from_messages) == {"candidate"}
+
+
+def test_gradients_flow_through_every_round_in_the_mechanism_and_the_last_in_the_ablation():
+    # On a chain 0 -> 1 -> 2 -> 3 with T = 3, node 3's score depends on node 0's annotation
+    # only through all three rounds: full backpropagation through time carries a gradient from
+    # it back to the annotation, gradients through the last round only carry none to anything
+    # before that round.
+    task = experiment.deduction_task(1, 0, 1)
+    edge_index = torch.tensor([[0, 1, 2], [1, 2, 3]])
+    edge_type = torch.tensor([1, 1, 1])
+    annotation = torch.zeros(8, 1, dtype=torch.float64)
+    annotation[0] = 1.0
+    selector = selector_with_a_bias(steps=3)
+    last_only = ablation_with_the_mechanisms_weights(selector, every_round=False)
+    for model, reaches in [(selector, True), (last_only, False)]:
+        x = annotation.clone().requires_grad_(True)
+        model(x, edge_index, edge_type)[3].backward()
+        assert (x.grad[0].abs() > 1e-9).item() == reaches, model
+    assert task is not None
+
+
+def test_the_mechanisms_gradients_are_those_of_the_equations_through_every_round():
+    # Backpropagation through all T rounds: the parameters' gradients of a loss on h(T) equal
+    # those of the node-by-node reference (which keeps every round in the graph).
+    model = make_ggnn(steps=3)
+    graph = small_graph(seed=21)
+    weights = randn(6, 5, seed=22)
+    (model(*graph) * weights).sum().backward()
+    ours = {name: p.grad.clone() for name, p in model.named_parameters()}
+    model.zero_grad()
+    (reference_states(model, *graph) * weights).sum().backward()
+    for name, p in model.named_parameters():
+        assert torch.allclose(ours[name], p.grad, atol=1e-10), name
+
+
+def test_the_ablation_refuses_graphs_that_are_not_stories_of_eight_nodes():
+    with seeded(0):
+        ablated = experiment.AblatedGGNN(4, steps=1)
+    with pytest.raises(ValueError, match="8 nodes"):
+        ablated(
+            torch.zeros(7, 1), torch.zeros(2, 0, dtype=torch.long), torch.zeros(0, dtype=torch.long)
+        )
     with pytest.raises(TypeError, match="typed"):
-        experiment.train_ggnn(train_set, val_set, typed=1)
+        experiment.AblatedGGNN(4, steps=1, typed=1)
+
+
+def test_train_ablation_trains_what_it_removes_on_the_same_seed():
+    train_set, val_set = experiment.deduction_task(10, 0, 1), experiment.deduction_task(10, 0, 2)
+    run = experiment.train_ablation(
+        train_set, val_set, steps=2, hidden_size=8, updates=2, eval_every=1, gated=False
+    )
+    assert isinstance(run.model, experiment.AblatedGGNN) and not run.model.gated
+    again = experiment.train_ablation(
+        train_set, val_set, steps=2, hidden_size=8, updates=2, eval_every=1, gated=False
+    )
+    for a, b in zip(run.model.parameters(), again.model.parameters(), strict=True):
+        assert torch.equal(a, b)
+
+
+def test_the_story_softmax_of_the_ablation_matches_the_mechanisms():
+    scores = randn(24, seed=30)
+    batch = torch.arange(3).repeat_interleave(8)
+    assert torch.allclose(
+        experiment.story_log_softmax(scores, batch, 3),
+        ggnn.per_graph_log_softmax(scores, batch, 3),
+        atol=1e-12,
+    )
+
+
+def test_the_path_to_the_answer_needs_both_directions_of_the_messages():
+    # The species hears its queried entity only against the has-member edge (W_out), the
+    # answer hears the species only along the has-fear edge (W_in). With W_out zeroed nothing
+    # hears the entity at all; with W_in zeroed the answer hears the species only where it
+    # points at it itself (it fears or likes it). Either way, after two rounds the answer's
+    # state is the one it has when no entity is asked about.
+    task = experiment.deduction_task(40, 0, 1)
+    annotation, edge_index, edge_type, _, answer = task.graphs()
+    annotation = annotation.double()
+    species = experiment.species_of_query(task)
+    rows = torch.arange(len(task))
+    points_back = (task.edges[rows, 4:, 0] == task.answer.unsqueeze(1)) & (
+        task.edges[rows, 4:, 1] == species.unsqueeze(1)
+    )
+    apart = ~points_back.any(1)
+    assert apart.sum() >= 10
+    with torch.no_grad():
+        for dropped, stories in (("outgoing", rows), ("incoming", rows[apart])):
+            model = selector_with_a_bias(steps=2)
+            getattr(model.ggnn, dropped).zero_()
+            h = model.ggnn(annotation, edge_index, edge_type)
+            untouched = model.ggnn(torch.zeros_like(annotation), edge_index, edge_type)
+            assert torch.allclose(h[answer[stories]], untouched[answer[stories]], atol=1e-12)
+        selector = selector_with_a_bias(steps=2)
+        h = selector.ggnn(annotation, edge_index, edge_type)
+        untouched = selector.ggnn(torch.zeros_like(annotation), edge_index, edge_type)
+        assert not torch.allclose(h[answer], untouched[answer], atol=1e-6)
+
+
+def test_paired_standard_error_is_the_spread_of_the_differences():
+    a, b = torch.tensor([1.0, 1.0, 0.0, 1.0]), torch.tensor([1.0, 0.0, 0.0, 0.0])
+    d = a - b
+    assert experiment.paired_standard_error(a, b) == pytest.approx(d.std().item() / 2)
+    assert experiment.paired_standard_error(a, a) == 0.0
+    with pytest.raises(ValueError, match="two"):
+        experiment.paired_standard_error(a[:1], b[:1])
+
+
+def test_best_weights_keep_the_first_best_and_restore_it():
+    model = torch.nn.Linear(2, 1)
+    best = experiment.BestWeights(model)
+    with torch.no_grad():
+        model.weight.fill_(1.0)
+        best(0.5)
+        model.weight.fill_(2.0)
+        best(0.5)  # a tie keeps the first
+        model.weight.fill_(3.0)
+        best(0.2)
+    best.restore()
+    assert torch.equal(model.weight, torch.ones(1, 2))
+
+
+def test_the_most_frequent_answer_reads_nothing_of_the_story():
+    train_set, task = experiment.deduction_task(200, 0, 1), experiment.deduction_task(300, 0, 3)
+    counts = torch.bincount(train_set.answer_symbol, minlength=experiment.N_SYMBOLS)
+    expected = (task.answer_symbol == counts.argmax()).float().mean().item()
+    assert experiment.most_frequent_answer(train_set, task) == expected
+    assert experiment.most_frequent_answer(train_set, task) < 0.2  # symbols are drawn at random
 
 
 def test_a_short_training_run_learns_the_task():
@@ -475,4 +669,22 @@ def test_other_entry_points_reject_bad_arguments():
     with pytest.raises(ValueError, match="batch"):
         ggnn.GatedReadout(4, 2, 3)(
             randn(5, 4).float(), randn(5, 2).float(), torch.zeros(4, dtype=torch.long), 1
+        )
+
+
+def test_reversed_stories_point_every_edge_the_other_way_and_keep_the_rest():
+    task = experiment.deduction_task(6, 0, 1)
+    reversed_ = experiment.edges_reversed(task)
+    assert torch.equal(reversed_.edges[..., 0], task.edges[..., 1])
+    assert torch.equal(reversed_.edges[..., 1], task.edges[..., 0])
+    for name in ("annotation", "edge_type", "answer", "tokens", "symbols"):
+        assert torch.equal(getattr(reversed_, name), getattr(task, name)), name
+    # the GG-NN, which keeps the two directions apart, scores a story and its reverse apart
+    selector = selector_with_a_bias(steps=2)
+    annotation, edge_index, edge_type, _, _ = task.graphs()
+    _, flipped, _, _, _ = reversed_.graphs()
+    with torch.no_grad():
+        assert not torch.allclose(
+            selector(annotation.double(), edge_index, edge_type),
+            selector(annotation.double(), flipped, edge_type),
         )

@@ -18,6 +18,16 @@ def incoming_messages_dropped():
     m.messages = messages
 
 
+def outgoing_messages_dropped():
+    """A node hears only the sources of the edges that point at it (W_in): nothing travels
+    against an edge."""
+
+    def messages(h, edge_index, edge_type, incoming, outgoing):
+        return _messages(h, edge_index, edge_type, incoming, torch.zeros_like(outgoing))
+
+    m.messages = messages
+
+
 def edges_treated_as_undirected():
     """One matrix per edge type for both directions, and the two directions summed: the model
     no longer knows which way an edge points."""
@@ -62,6 +72,7 @@ def one_propagation_step_whatever_T():
 
 MUTANTS = [
     incoming_messages_dropped,
+    outgoing_messages_dropped,
     edges_treated_as_undirected,
     edge_types_ignored,
     annotation_not_in_the_initial_state,
