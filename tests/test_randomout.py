@@ -232,6 +232,10 @@ def test_filter_net_biases_lie_in_the_shifted_range():
     bias = net.conv.bias.detach()
     assert bias.max() <= 0 and bias.min() >= -0.7 and bias.min() < -0.6
     assert (experiment.FilterNet(4, bias_shift=0.0).conv.bias == 0).all()
+    with pn.seeded(0):
+        default = experiment.FilterNet(500, bias_shift=None).conv.bias.detach()
+    # PyTorch's default: U(-1/sqrt(9), 1/sqrt(9)) for a 3x3 filter of one channel
+    assert default.abs().max() <= 1 / 3 and default.min() < -0.3 and default.max() > 0.3
     with pytest.raises(ValueError, match="n_filters must be an integer >= 1"):
         experiment.FilterNet(0)
     with pytest.raises(ValueError, match="bias_shift must be a finite number"):
@@ -308,26 +312,82 @@ def test_each_members_resets_are_what_they_would_be_alone():
     assert torch.allclose(pair.model.conv.bias[2:], alone.model.conv.bias, atol=1e-5)
 
 
-def test_random_filter_resets_follow_randomouts_schedule_with_random_filters():
-    run = small_run(seeds=[2, 3], randomout=True)
-    schedule = experiment.reset_schedule(run)
-    assert sum(len(v) for v in schedule.values()) == len(run.log.resets)
-    assert {m for members in schedule.values() for m in members} == {0, 1}
-    ablation = small_run(seeds=[2, 3], randomout=False, random_resets=schedule)
-    # the same number of resets at the same updates and of the same networks ...
-    assert experiment.reset_schedule(ablation) == schedule
-    assert ablation.resets_per_member() == run.resets_per_member()
-    # ... but of filters chosen at random: some were not under the threshold
-    cgn = ablation.log.cgn
-    assert any(cgn[u, row] > 1e-8 for u, row in ablation.log.resets)
-    with pytest.raises(ValueError, match="pass randomout=False"):
-        small_run(seeds=[2, 3], randomout=True, random_resets=schedule)
+def test_random_resets_at_rate_zero_are_the_baseline_bit_for_bit():
+    base = small_run(seeds=[2, 3], randomout=False)
+    zero = small_run(seeds=[2, 3], randomout=False, random_rate=0.0)
+    assert zero.log.resets == []
+    assert torch.equal(base.model.conv.weight, zero.model.conv.weight)
+    assert base.history["val_accuracy"] == zero.history["val_accuracy"]
+    # the baseline's log is the experiment's own gradient norm, the CGN of the same gradients
+    assert isinstance(base.log, experiment.GradientLog)
+    assert base.log.cgn.shape == (8, 4)
 
 
-def test_trained_in_both_keeps_the_seeds_that_train_either_way():
-    assert experiment.trained_in_both([0.9, 0.1, 0.6, 0.5], [0.95, 0.9, 0.2, 0.5]) == [0, 3]
-    with pytest.raises(ValueError):
-        experiment.trained_in_both([0.9], [0.9, 0.8])
+def test_random_resets_ignore_the_gradient_and_follow_their_own_streams():
+    run = small_run(seeds=[2, 3], randomout=False, random_rate=0.2)
+    again = small_run(seeds=[2, 3], randomout=False, random_rate=0.2)
+    assert run.log.resets == again.log.resets and len(run.log.resets) > 0
+    assert torch.equal(run.model.conv.weight, again.model.conv.weight)
+    # about rate x updates x networks resets, of filters whatever their CGN
+    assert 0.5 * 0.2 * 16 <= len(run.log.resets) <= 2 * 0.2 * 16
+    cgn = run.log.cgn
+    assert any(cgn[u, row] > 1e-3 for u, row in run.log.resets)
+    # each network's resets are its own: network 1 alone resets as it did beside network 0
+    alone = small_run(seeds=[3], randomout=False, random_rate=0.2)
+    assert [(u, r - 2) for u, r in run.log.resets if r >= 2] == alone.log.resets
+
+
+def test_a_random_reset_redraws_the_weights_keeps_the_bias_and_clears_the_momentum():
+    conv = nn.Conv2d(1, 4, kernel_size=3)
+    with torch.no_grad():
+        conv.bias.fill_(-0.6)
+    optimizer = torch.optim.SGD(conv.parameters(), lr=0.1, momentum=0.9)
+    conv.weight.grad, conv.bias.grad = torch.ones_like(conv.weight), torch.ones_like(conv.bias)
+    optimizer.step()  # a momentum buffer of ones
+    before = conv.weight.detach().clone()
+    bias = conv.bias.detach().clone()
+    resets = experiment.RandomResets(
+        conv, 2, 1.0, choosers=[gen(1), gen(2)], fresh=[gen(3), gen(4)]
+    )
+    resets._before_step(optimizer)  # rate 1: one filter of each network
+    rows = [row for _, row in resets.resets]
+    assert len(rows) == 2 and rows[0] in (0, 1) and rows[1] in (2, 3)
+    kept = [k for k in range(4) if k not in rows]
+    assert torch.equal(conv.weight[kept], before[kept])
+    assert all(not torch.equal(conv.weight[k], before[k]) for k in rows)
+    assert conv.weight[rows].abs().max() <= 1 / 3
+    assert torch.equal(conv.bias, bias)
+    for p in (conv.weight, conv.bias):
+        buffer = optimizer.state[p]["momentum_buffer"]
+        assert (buffer[rows] == 0).all() and (buffer[kept] != 0).all()
+    with pytest.raises(ValueError, match="one chooser and one fresh-filter generator"):
+        experiment.RandomResets(conv, 2, 0.1, choosers=[gen(1)], fresh=[gen(3)])
+
+
+def test_the_nulls_do_not_call_the_mechanism(monkeypatch):
+    # A broken RandomOut (tests/mutants/randomout.py) must not move the runs without it.
+    expected = {
+        rate: small_run(seeds=[2], randomout=False, random_rate=rate) for rate in (None, 0.3)
+    }
+
+    def broken(*args, **kwargs):
+        raise AssertionError("a null called the mechanism")
+
+    names = (
+        "conv_gradient_norm",
+        "filters_to_reset",
+        "reinitialise_filters_",
+        "clear_filter_state_",
+        "randomout_",
+    )
+    for name in names:
+        monkeypatch.setattr(ro, name, broken)
+    for rate, before in expected.items():
+        run = small_run(seeds=[2], randomout=False, random_rate=rate)
+        assert run.log.resets == before.log.resets
+        assert torch.equal(run.model.conv.weight, before.model.conv.weight)
+    with pytest.raises(AssertionError, match="called the mechanism"):
+        small_run(seeds=[2], randomout=True)
 
 
 def test_train_lottery_rejects_bad_arguments():
@@ -345,6 +405,14 @@ def test_train_lottery_rejects_bad_arguments():
     with pytest.raises(ValueError, match="threshold must be a finite number"):
         experiment.train_lottery(
             d.train_x, d.train_y, d.val_x, d.val_y, seeds=[0], randomout=True, threshold=-1.0
+        )
+    with pytest.raises(ValueError, match="pass randomout=False"):
+        experiment.train_lottery(
+            d.train_x, d.train_y, d.val_x, d.val_y, seeds=[0], randomout=True, random_rate=0.1
+        )
+    with pytest.raises(ValueError, match="random_rate must be a finite number"):
+        experiment.train_lottery(
+            d.train_x, d.train_y, d.val_x, d.val_y, seeds=[0], randomout=False, random_rate=2.0
         )
 
 
@@ -374,3 +442,32 @@ def test_death_update_is_where_the_cgn_stays_at_zero_for_good():
     cgn[4, 0] = 1e-9
     assert experiment.death_update(cgn) is None
     assert experiment.death_update(torch.zeros(4, 2)) == 0
+
+
+def test_the_paired_standard_error_is_the_differences_sd_over_root_n():
+    first, second = [0.9, 0.8, 0.7, 0.95], [0.9, 0.1, 0.7, 0.9]
+    d = torch.tensor(first, dtype=torch.float64) - torch.tensor(second, dtype=torch.float64)
+    assert experiment.paired_standard_error(first, second) == pytest.approx((d.std() / 2).item())
+    assert experiment.paired_standard_error([0.5, 0.6], [0.5, 0.6]) == 0.0
+    with pytest.raises(ValueError, match="two pairs"):
+        experiment.paired_standard_error([0.5], [0.4])
+
+
+def test_the_bootstrap_resamples_seeds_in_pairs():
+    a = [0.9 + 0.01 * i for i in range(20)]
+    # the same arm twice: every resample's difference is 0
+    assert experiment.bootstrap_standard_error(a, a, "median", generator=gen(0)) == 0.0
+    # a constant shift moves the median and the mean by the shift in every resample, and never
+    # the spread
+    b = [x - 0.05 for x in a]
+    assert experiment.bootstrap_standard_error(a, b, "std", generator=gen(0)) < 1e-12
+    assert experiment.bootstrap_standard_error(a, b, "mean", generator=gen(0)) < 1e-12
+    # independent noise gives a spread near the analytic SE of a difference of means
+    noise = torch.randn(400, generator=gen(1), dtype=torch.float64)
+    other = torch.randn(400, generator=gen(2), dtype=torch.float64)
+    se = experiment.bootstrap_standard_error(noise, other, "mean", generator=gen(3))
+    assert se == pytest.approx(math.sqrt(2 / 400), rel=0.15)
+    one = experiment.bootstrap_standard_error(noise, other, "median", generator=gen(4))
+    assert one == experiment.bootstrap_standard_error(noise, other, "median", generator=gen(4))
+    with pytest.raises(ValueError, match="statistic must be one of"):
+        experiment.bootstrap_standard_error(a, a, "max", generator=gen(0))

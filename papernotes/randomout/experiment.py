@@ -12,6 +12,7 @@ variant patched into that module is the one these runs use.
 
 from __future__ import annotations
 
+import math
 import statistics
 from dataclasses import dataclass
 
@@ -23,9 +24,12 @@ from papernotes import checks, training
 from papernotes import randomout as ro
 from papernotes.data import IMAGE_SHAPE, minibatches
 
-# Random streams, each of a member's own seed: its minibatches, its fresh filters, and (for the
-# ablation that resets random filters) which of its filters is reset.
-BATCHES, FRESH_FILTERS, RANDOM_CHOICE = 1, 2, 3
+# Random streams, each of a member's own seed: its minibatches, RandomOut's fresh filters, and,
+# for the null that resets filters at random, when and which (RANDOM_CHOICE) and their fresh
+# weights (NULL_FILTERS).
+BATCHES, FRESH_FILTERS, RANDOM_CHOICE, NULL_FILTERS = 1, 2, 3, 4
+# The chapter's bootstrap over seeds draws from a stream of the chapter's seed.
+BOOTSTRAP = 5
 
 
 class FilterNet(nn.Module):
@@ -33,16 +37,23 @@ class FilterNet(nn.Module):
 
     Weights take PyTorch's default initialisation; the convolution's biases are drawn from
     U(-bias_shift, 0), a shift towards negative pre-activations that makes some initial filters
-    dead or nearly so (bias_shift = 0: biases at 0)."""
+    dead or nearly so (bias_shift = 0: biases at 0; None: PyTorch's default biases,
+    U(-1/3, 1/3) for a 3x3 filter of one channel)."""
 
-    def __init__(self, n_filters: int = 2, *, bias_shift: float = 1.0, n_classes: int = 10):
+    def __init__(self, n_filters: int = 2, *, bias_shift: float | None = 1.0, n_classes: int = 10):
         super().__init__()
         n_filters = checks.integer("n_filters", n_filters)
-        bias_shift = checks.number("bias_shift", bias_shift, 0.0)
+        if bias_shift is not None:
+            bias_shift = checks.number("bias_shift", bias_shift, 0.0)
         n_classes = checks.integer("n_classes", n_classes, 2)
         self.conv = nn.Conv2d(1, n_filters, kernel_size=3)
         with torch.no_grad():
-            self.conv.bias.uniform_(-bias_shift, 0.0) if bias_shift > 0 else self.conv.bias.zero_()
+            if bias_shift is None:
+                pass  # PyTorch's default bias, drawn by nn.Conv2d
+            elif bias_shift > 0:
+                self.conv.bias.uniform_(-bias_shift, 0.0)
+            else:
+                self.conv.bias.zero_()
         side = IMAGE_SHAPE[0] - 2
         self.head = nn.Linear(n_filters * side * side, n_classes)
 
@@ -152,7 +163,7 @@ class LotteryRun(training.Run):
     (`log.cgn` is reshaped to (updates, members, filters) by `cgn`; `log.resets` holds
     (update, row) pairs)."""
 
-    log: ro.RandomOut
+    log: ro.RandomOut | GradientLog
     seeds: tuple[int, ...]
     randomout: bool
 
@@ -167,43 +178,73 @@ class LotteryRun(training.Run):
         return counts
 
 
-class RandomFilterResets(ro.RandomOut):
-    """The ablation of RandomOut's criterion: the same resets (new weights, bias kept, the
-    optimizer's slots cleared) at the same updates and as many per network as a RandomOut run
-    made, but each of a uniformly random filter of that network, whatever its CGN.
+def _filter_norms(conv: nn.Conv2d) -> torch.Tensor:
+    """Each filter's absolute gradient summed over its weights, measured for the runs without
+    RandomOut by the experiment's own code (a broken mechanism must not reach the nulls)."""
+    return conv.weight.grad.detach().abs().sum(dim=(1, 2, 3))
 
-    `schedule` maps an update to the networks (members, one entry per reset) that RandomOut
-    reset a filter of at that update; `choosers` holds one generator per member for the choice.
-    It logs the CGN and the resets like `RandomOut`."""
 
-    def __init__(self, conv, schedule, n_filters, *, generator, choosers):
-        super().__init__(conv, 0.0, enabled=True, generator=generator)
-        self.schedule = {int(u): list(members) for u, members in schedule.items()}
-        self.n_filters = checks.integer("n_filters", n_filters)
-        self.choosers = list(choosers)
+class GradientLog:
+    """The log of the runs without RandomOut: each filter's gradient norm before every update
+    (`cgn`, (updates, filters)) and the resets a null made (`resets`, (update, row) pairs)."""
+
+    def __init__(self, conv: nn.Conv2d):
+        self.conv = conv
+        self._cgn: list[torch.Tensor] = []
+        self.resets: list[tuple[int, int]] = []
+
+    def attach(self, optimizer: torch.optim.Optimizer):
+        return optimizer.register_step_pre_hook(lambda opt, args, kwargs: self._before_step(opt))
 
     def _before_step(self, optimizer: torch.optim.Optimizer) -> None:
-        update = len(self._cgn)
-        self._cgn.append(ro.conv_gradient_norm(self.conv).clone())
-        rows = [
-            s * self.n_filters
-            + int(torch.randint(self.n_filters, (1,), generator=self.choosers[s]))
-            for s in self.schedule.get(update, [])
-        ]
-        if rows:
-            index = torch.tensor(rows)
-            ro.reinitialise_filters_(self.conv, index, self.generator)
-            ro.clear_filter_state_(optimizer, self.conv, index)
-            self.resets += [(update, row) for row in rows]
+        self._cgn.append(_filter_norms(self.conv).clone())
+
+    @property
+    def cgn(self) -> torch.Tensor:
+        return torch.stack(self._cgn) if self._cgn else torch.empty(0, self.conv.out_channels)
 
 
-def reset_schedule(run: LotteryRun) -> dict[int, list[int]]:
-    """The updates at which a run reset filters, and whose: {update: [member, ...]}, one entry
-    per reset, for `RandomFilterResets`."""
-    schedule: dict[int, list[int]] = {}
-    for update, row in run.log.resets:
-        schedule.setdefault(update, []).append(row // run.model.n_filters)
-    return schedule
+class RandomResets(GradientLog):
+    """The null that resets filters without looking at their gradient: before every update each
+    network, with probability `rate`, draws the weights of one of its filters, chosen uniformly,
+    again from the layer's initial distribution U(-1/sqrt(n), 1/sqrt(n)), keeps its bias and
+    clears its momentum, as RandomOut resets a filter. The rate is fixed in advance, so neither
+    when nor where a reset happens depends on the CGN.
+
+    Its own code and its own random streams (`choosers` decide when and which, `fresh` deal the
+    new weights, one generator of each per network), so a broken RandomOut cannot move it."""
+
+    def __init__(self, conv: nn.Conv2d, n_filters: int, rate: float, *, choosers, fresh):
+        super().__init__(conv)
+        self.n_filters = checks.integer("n_filters", n_filters)
+        self.rate = checks.number("rate", rate, 0.0, 1.0)
+        self.choosers, self.fresh = list(choosers), list(fresh)
+        if len(self.choosers) * self.n_filters != conv.out_channels or len(self.fresh) != len(
+            self.choosers
+        ):
+            raise ValueError("one chooser and one fresh-filter generator per network")
+
+    def _before_step(self, optimizer: torch.optim.Optimizer) -> None:
+        super()._before_step(optimizer)
+        update = len(self._cgn) - 1
+        bound = 1.0 / math.sqrt(self.conv.weight[0].numel())
+        for s, chooser in enumerate(self.choosers):
+            # two draws per network and update, whatever the outcome: the streams stay aligned
+            fires = torch.rand((), generator=chooser).item() < self.rate
+            k = int(torch.randint(self.n_filters, (), generator=chooser))
+            if not fires:
+                continue
+            row = s * self.n_filters + k
+            fresh = torch.empty(self.conv.weight.shape[1:]).uniform_(
+                -bound, bound, generator=self.fresh[s]
+            )
+            with torch.no_grad():
+                self.conv.weight[row] = fresh
+            for parameter in (self.conv.weight, self.conv.bias):
+                buffer = optimizer.state.get(parameter, {}).get("momentum_buffer")
+                if buffer is not None:
+                    buffer[row] = 0.0
+            self.resets.append((update, row))
 
 
 def train_lottery(
@@ -215,25 +256,23 @@ def train_lottery(
     seeds,
     randomout: bool,
     n_filters: int = 2,
-    bias_shift: float = 1.0,
+    bias_shift: float | None = 1.0,
     threshold: float = 1e-8,
-    random_resets: dict[int, list[int]] | None = None,
+    random_rate: float | None = None,
     epochs: int = 30,
     batch_size: int = 128,
     lr: float = 0.1,
     momentum: float = 0.9,
 ) -> LotteryRun:
     """Train one `FilterNet` per seed of `seeds` (as a `Lottery`) with SGD and momentum on the
-    mean cross-entropy, with or without RandomOut (checked before every update).
+    mean cross-entropy, with RandomOut (checked before every update), without it, or with the
+    null that resets random filters at the fixed rate `random_rate` (`RandomResets`).
 
     Member s's initial weights follow `seeds[s]`, and so do its minibatches (stream BATCHES)
-    and its fresh filters (stream FRESH_FILTERS), so each member's resets are what they would
-    be if it trained alone. Two calls with the same seeds, one with and one without RandomOut,
-    start from the same weights, see the same batches and differ only by the resets.
-
-    `random_resets` (with `randomout=False`): the ablation, `RandomFilterResets` on that
-    schedule (`reset_schedule` of a RandomOut run), the random choices from stream
-    RANDOM_CHOICE of each member's seed.
+    and its fresh filters (stream FRESH_FILTERS; the null's: RANDOM_CHOICE and NULL_FILTERS), so
+    each member's resets are what they would be if it trained alone. Runs with the same seeds
+    start from the same weights, see the same batches and differ only by the resets. The runs
+    without RandomOut never call the mechanism: their log (`GradientLog`) is the experiment's.
     """
     d = checks.tensor("train_x", train_x, "(N, 64)", dtype="floating")
     checks.tensor("train_y", train_y, "(N,)", N=d["N"])
@@ -246,22 +285,29 @@ def train_lottery(
     epochs, batch_size = checks.integer("epochs", epochs), checks.integer("batch_size", batch_size)
     lr = checks.number("lr", lr, 0.0, low_open=True)
     momentum = checks.number("momentum", momentum, 0.0, 1.0, high_open=True)
+    if random_rate is not None:
+        random_rate = checks.number("random_rate", random_rate, 0.0, 1.0)
+        if randomout:
+            raise ValueError("random_rate is the null without RandomOut: pass randomout=False")
     n_classes = int(train_y.max()) + 1
     nets = []
     for seed in seeds:
         with training.seeded(seed):
             nets.append(FilterNet(n_filters, bias_shift=bias_shift, n_classes=n_classes))
     model = Lottery(nets)
-    fresh = [training.generator(seed, FRESH_FILTERS) for seed in seeds]
-    if random_resets is not None:
-        if randomout:
-            raise ValueError("random_resets is the ablation of RandomOut: pass randomout=False")
-        choosers = [training.generator(seed, RANDOM_CHOICE) for seed in seeds]
-        log = RandomFilterResets(
-            model.conv, random_resets, n_filters, generator=fresh, choosers=choosers
+    if randomout:
+        fresh = [training.generator(seed, FRESH_FILTERS) for seed in seeds]
+        log = ro.RandomOut(model.conv, threshold, generator=fresh)
+    elif random_rate is not None:
+        log = RandomResets(
+            model.conv,
+            n_filters,
+            random_rate,
+            choosers=[training.generator(seed, RANDOM_CHOICE) for seed in seeds],
+            fresh=[training.generator(seed, NULL_FILTERS) for seed in seeds],
         )
     else:
-        log = ro.RandomOut(model.conv, threshold, enabled=randomout, generator=fresh)
+        log = GradientLog(model.conv)
     optimizer = torch.optim.SGD(model.parameters(), lr=lr, momentum=momentum)
     handle = log.attach(optimizer)
     streams = [minibatches(d["N"], batch_size, training.generator(seed, BATCHES)) for seed in seeds]
@@ -286,7 +332,7 @@ def train_lottery(
         epochs * per_epoch,
         evaluate=evaluate,
         eval_every=per_epoch,
-        desc="RandomOut" if randomout else ("random resets" if random_resets else "baseline"),
+        desc="RandomOut" if randomout else ("random resets" if random_rate else "baseline"),
     )
     handle.remove()
     return LotteryRun(model, history, log, seeds, randomout)
@@ -307,11 +353,40 @@ def seed_summary(accuracies: list[float]) -> dict[str, float]:
     }
 
 
-def trained_in_both(first: list[float], second: list[float], level: float = 0.5) -> list[int]:
-    """The seeds (positions) at which both arms' accuracies reach `level`: the runs that won
-    their lottery either way, on which the paper's median and spread describe training, not
-    rescue."""
-    return [i for i, (a, b) in enumerate(zip(first, second, strict=True)) if min(a, b) >= level]
+def paired_standard_error(first, second) -> float:
+    """The standard error of the mean of the paired differences first[i] - second[i] (one pair
+    per seed, the two arms trained from the same seed): their sample standard deviation over
+    sqrt(n)."""
+    d = torch.as_tensor(first, dtype=torch.float64) - torch.as_tensor(second, dtype=torch.float64)
+    checks.tensor("first - second", d, "(N,)")
+    if len(d) < 2:
+        raise ValueError("a standard error needs two pairs at least")
+    return (d.std() / math.sqrt(len(d))).item()
+
+
+STATISTICS = {
+    "median": lambda a: a.quantile(0.5, dim=-1),
+    "std": lambda a: a.std(dim=-1, correction=0),
+    "mean": lambda a: a.mean(dim=-1),
+}
+
+
+def bootstrap_standard_error(
+    first, second, statistic: str, *, generator: torch.Generator, draws: int = 2000
+) -> float:
+    """The bootstrap standard error of statistic(first) - statistic(second) over seeds, the seeds
+    resampled in pairs (both arms of a seed together): the standard deviation of the difference
+    over `draws` resamples. `statistic` is "median" (the midpoint of the middle two for an even
+    count), "std" (population) or "mean"."""
+    a = torch.as_tensor(first, dtype=torch.float64)
+    b = torch.as_tensor(second, dtype=torch.float64)
+    n = checks.tensor("first", a, "(N,)")["N"]
+    checks.tensor("second", b, "(N,)", N=n)
+    checks.one_of("statistic", statistic, tuple(STATISTICS))
+    draws = checks.integer("draws", draws, 2)
+    stat = STATISTICS[statistic]
+    index = torch.randint(n, (draws, n), generator=generator)
+    return (stat(a[index]) - stat(b[index])).std().item()
 
 
 def death_update(cgn_of_member: torch.Tensor) -> int | None:

@@ -6,12 +6,13 @@ claim check. `randomout_` reads `conv_gradient_norm`, `filters_to_reset` and
 chapter's training runs attach (`papernotes.randomout.experiment` builds it through the module),
 so every run sees the patch.
 
-A reset that keeps the filter's stale momentum is not among them: the chapter's claims are not
-built to tell it apart (a filter whose CGN is 0 has had little or no gradient for a while, so
-its momentum is small or already cleared by an earlier reset); tests/test_randomout.py catches
-it (`test_reset_clears_the_momentum_of_the_reset_filters_only`). Nor is a reset that sets the
-bias to 0 or a generator shared by the networks: the unit tests catch those
-(`test_randomout_changes_only_the_filters_under_the_threshold`,
+`reset_writes_into_a_copy` is the indexing bug of `w[index].copy_(fresh)`, which PyTorch turns
+into a write to a temporary. A reset that keeps the filter's stale momentum is not among them:
+the chapter's claims are not built to tell it apart (a filter whose CGN is 0 has had little or
+no gradient for a while, so its momentum is small or already cleared by an earlier reset);
+tests/test_randomout.py catches it (`test_reset_clears_the_momentum_of_the_reset_filters_only`).
+Nor is a reset that sets the bias to 0 or a generator shared by the networks: the unit tests
+catch those (`test_randomout_changes_only_the_filters_under_the_threshold`,
 `test_each_members_resets_are_what_they_would_be_alone`).
 """
 
@@ -59,9 +60,24 @@ def resets_pick_the_highest_cgn():
     m.filters_to_reset = filters_to_reset
 
 
+def reset_writes_into_a_copy():
+    """The fresh weights are drawn but written into `conv.weight[index]` with `copy_`, which with
+    an index tensor is a copy: the filter keeps its old weights (its momentum is still cleared)."""
+    draw = m.reinitialise_filters_
+
+    def reinitialise_filters_(conv, index, generator=None):
+        kept = conv.weight.detach().clone()
+        draw(conv, index, generator)  # the same draws from the same generators ...
+        with torch.no_grad():
+            conv.weight.copy_(kept)  # ... land in a copy
+
+    m.reinitialise_filters_ = reinitialise_filters_
+
+
 MUTANTS = [
     cgn_summed_per_input_channel,
     threshold_compared_the_wrong_way,
     cgn_read_after_zero_grad,
     resets_pick_the_highest_cgn,
+    reset_writes_into_a_copy,
 ]
