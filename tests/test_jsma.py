@@ -193,7 +193,7 @@ def test_a_smaller_budget_is_the_first_steps_of_a_larger_one(trained, theta):
     small = jsma.jsma(model, x, target, theta=theta, max_distortion=0.1)
     assert torch.equal(jsma.success_within(large, 0.1), small.success)
     rnd = [
-        jsma.random_pairs(model, x, target, theta, budget, generator=gen(4))
+        experiment.null_attack(model, x, target, theta, budget, rule="random", generator=gen(4))
         for budget in (0.5, 0.1)
     ]
     assert torch.equal(jsma.success_within(rnd[0], 0.1), rnd[1].success)
@@ -201,9 +201,13 @@ def test_a_smaller_budget_is_the_first_steps_of_a_larger_one(trained, theta):
 
 def test_random_pairs_keep_the_same_budget_and_follow_their_generator(trained):
     model, x, target = trained
-    one, two = (jsma.random_pairs(model, x, target, 1.0, 0.25, generator=gen(7)) for _ in "ab")
+
+    def random(g):
+        return experiment.null_attack(model, x, target, 1.0, 0.25, rule="random", generator=g)
+
+    one, two = random(gen(7)), random(gen(7))
     assert torch.equal(one.x_adv, two.x_adv)
-    other = jsma.random_pairs(model, x, target, 1.0, 0.25, generator=gen(8))
+    other = random(gen(8))
     assert not torch.equal(one.x_adv, other.x_adv)
     assert (one.changed <= 0.25).all() and (one.x_adv >= x).all()
     with torch.no_grad():
@@ -213,7 +217,8 @@ def test_random_pairs_keep_the_same_budget_and_follow_their_generator(trained):
 def test_the_saliency_attack_beats_random_pairs(trained):
     model, x, target = trained
     ours = jsma.jsma(model, x, target, max_distortion=0.25).success.float().mean()
-    rnd = jsma.random_pairs(model, x, target, 1.0, 0.25, generator=gen(1)).success.float().mean()
+    rnd = experiment.null_attack(model, x, target, 1.0, 0.25, rule="random", generator=gen(1))
+    rnd = rnd.success.float().mean()
     assert ours > rnd + 0.3
 
 
@@ -227,8 +232,12 @@ def test_attack_arguments_are_checked(trained):
         jsma.jsma(model, x, target, clip=(0.0, 0.5))
     with pytest.raises(ValueError, match="target must have shape"):
         jsma.jsma(model, x, target[:3])
-    with pytest.raises(TypeError, match="generator"):
-        jsma.random_pairs(model, x, target, generator=0)
+    with pytest.raises(TypeError, match="the random rule needs a torch.Generator"):
+        experiment.null_attack(model, x, target, 1.0, 0.25, rule="random", generator=0)
+    with pytest.raises(ValueError, match="rule must be one of"):
+        experiment.null_attack(model, x, target, 1.0, 0.25, rule="saliency")
+    with pytest.raises(ValueError, match="theta must be non-zero"):
+        experiment.null_attack(model, x, target, 0.0, 0.25, rule="target alone")
 
 
 # -- hardness, adversarial distance, robustness ---------------------------------------------------
@@ -251,6 +260,9 @@ def test_hardness_is_the_area_under_distortion_against_success_from_zero():
     # the rate stays at 0.2: only the strip, at the first budget's distortion
     assert jsma.hardness([0.2, 0.2], [0.1, 0.4]) == pytest.approx(0.02)
     assert jsma.hardness([0.0, 0.0], [0.0, 0.0]) == 0.0
+    # the paper's sum, without the book's strip: the trapezoids alone
+    assert jsma.hardness([0.0, 0.5, 1.0], [0.0, 0.1, 0.3], strip=False) == pytest.approx(0.1)
+    assert jsma.hardness([0.2, 0.2], [0.1, 0.4], strip=False) == 0.0
     with pytest.raises(ValueError, match="not decrease"):
         jsma.hardness([0.5, 0.4], [0.1, 0.1])
 
@@ -259,6 +271,8 @@ def test_robustness_is_the_smallest_mean_distance_over_targets():
     distances = torch.tensor([0.9, 0.5, 0.7, 0.7, 0.3, 0.9])
     target = torch.tensor([0, 1, 2, 0, 1, 2])
     assert jsma.robustness(distances, target) == pytest.approx(0.4)
+    # the smallest distance of any (X, t)
+    assert jsma.robustness(distances, target, per_target=False) == pytest.approx(0.3)
     with pytest.raises(ValueError, match="target must have shape"):
         jsma.robustness(distances, target[:4])
 
@@ -370,22 +384,47 @@ def test_the_paired_difference_has_a_clustered_standard_error():
         experiment.paired_difference(a, b, torch.zeros(6, dtype=torch.int64))
 
 
-def test_the_target_only_search_ignores_the_other_classes():
-    d_target = torch.tensor([[1.0, 2.0, -4.0]])
-    domain = torch.ones(1, 3, dtype=torch.bool)
-    scores = jsma.target_only_scores(d_target, domain, increase=True)
-    # alpha of (0, 1) = 3, (0, 2) = -3, (1, 2) = -2: only (0, 1) raises the target
-    expected = torch.tensor([[[0.0, 3.0, 0.0], [3.0, 0.0, 0.0], [0.0, 0.0, 0.0]]])
-    assert torch.equal(scores, expected)
-    lowering = jsma.target_only_scores(d_target, domain, increase=False)
-    assert lowering[0, 0, 2] == 3.0 and lowering[0, 1, 2] == 2.0 and lowering[0, 0, 1] == 0.0
-    # a pair the full map rejects (the other classes rise with the target) the ablation keeps
-    jacobian = torch.tensor([[[1.0, 1.0, 0.0], [1.0, 1.0, 0.0]]])  # (1, 2 classes, 3)
-    target = torch.tensor([0])
-    full, found = jsma.choose_features(jacobian, target, domain, True)
-    alone, found_alone = jsma.choose_features_by_target(jacobian, target, domain, True)
-    assert not found.item() and found_alone.item()
-    assert alone.tolist() == [[True, True, False]]
+def test_the_target_alone_null_takes_a_pair_the_saliency_map_rejects():
+    # Every feature raises both classes alike: no pair has beta < 0, so the saliency map finds
+    # nothing, while the target's derivative alone raises features 0 and 1 (alpha 2 > 0).
+    model = linear([[1.0, 1.0, 0.0], [1.0, 1.0, 0.0]], [1.0, 0.0])
+    x = torch.zeros(1, 3, dtype=torch.float64)
+    full = jsma.jsma(model, x, 1, max_distortion=1.0)
+    alone = experiment.null_attack(model, x, torch.tensor([1]), 1.0, 1.0, rule="target alone")
+    assert full.changed.item() == 0.0
+    assert alone.x_adv.tolist() == [[1.0, 1.0, 0.0]]
+    assert not alone.success.item()  # both logits rose by 2: class 0 stays ahead
+
+
+def test_the_target_alone_null_lowers_pairs_whose_alpha_is_negative():
+    # Target 0 loses 2 per unit of feature 0 and gains 1 per unit of feature 1; lowering the pair
+    # (0, 2) has alpha = -2 - 1 = -3 < 0 and reaches the target.
+    model = linear([[-2.0, 1.0, -1.0], [0.0, 0.0, 0.0]], [2.0, 0.0])
+    x = torch.ones(1, 3, dtype=torch.float64)  # logits (0, 0): a tie goes to class 0 ...
+    x[0, 1] = 0.0  # ... so start from (-1, 0): class 1
+    attack = experiment.null_attack(model, x, torch.tensor([0]), -1.0, 1.0, rule="target alone")
+    assert attack.success.item()
+    assert attack.x_adv.tolist() == [[0.0, 0.0, 0.0]]
+
+
+def test_the_nulls_do_not_reach_the_mechanism(trained, monkeypatch):
+    # A broken mechanism (tests/mutants/jsma.py) must not move the chapter's nulls.
+    model, x, target = trained
+    before = {
+        rule: experiment.null_attack(model, x, target, 1.0, 0.25, rule=rule, generator=gen(2))
+        for rule in experiment.NULL_RULES
+    }
+
+    def broken(*args, **kwargs):
+        raise AssertionError("a null called the mechanism")
+
+    for name in ("_jacobian", "pair_scores", "search_domain", "choose_features", "_attack"):
+        monkeypatch.setattr(jsma, name, broken)
+    for rule, expected in before.items():
+        again = experiment.null_attack(model, x, target, 1.0, 0.25, rule=rule, generator=gen(2))
+        assert torch.equal(again.x_adv, expected.x_adv)
+    with pytest.raises(AssertionError, match="called the mechanism"):
+        jsma.jsma(model, x, target)
 
 
 def test_per_class_pair_fills_each_off_diagonal_cell_from_its_own_rows():
@@ -407,17 +446,58 @@ def test_three_standard_errors_of_a_difference_of_rates():
     assert experiment.three_standard_errors(1.0, 0.0, 10) == 0.0
 
 
-def test_the_target_only_attack_is_a_pair_search_and_moves_only_pairs():
+def test_the_target_alone_null_is_a_pair_search_and_moves_only_pairs():
     model = nn.Sequential(nn.Linear(6, 3))
     with torch.no_grad():
         model[0].weight.copy_(torch.tensor([[1.0, 1, 0, 0, 0, 0], [0, 0, 1, 1, 0, 0], [0] * 6]))
         model[0].bias.zero_()
     x = torch.zeros(2, 6)
     x[:, 2] = 0.5  # class 1 ahead
-    attack = jsma.jsma(model, x, 0, 1.0, 0.5, others=False)
+    target = torch.zeros(2, dtype=torch.int64)
+    attack = experiment.null_attack(model, x, target, 1.0, 0.5, rule="target alone")
     # the target's derivative alone picks features 0 and 1, which reach class 0 in one step
     assert attack.success.all()
     assert torch.equal(attack.x_adv[:, :2], torch.ones(2, 2))
     assert torch.equal(attack.changed, torch.full((2,), 2 / 6))
-    with pytest.raises(ValueError, match="pairs=True"):
-        jsma.jsma(model, x, 0, 1.0, 0.5, others=False, pairs=False)
+
+
+def test_the_levelled_off_budget_is_the_first_within_two_paired_errors_of_the_last():
+    # 20 digits of 9 attacks: success first at 2, 4 or 6 features for a third of the digits each
+    changed = torch.tensor([2, 4, 6]).repeat_interleave(60) / 64
+    attack = jsma.Attack(torch.zeros(180, 64), torch.ones(180, dtype=torch.bool), changed)
+    clusters = torch.arange(180) // 9
+    budgets = [2 / 64, 4 / 64, 6 / 64, 8 / 64]
+    assert experiment.levelled_off(attack, budgets, clusters) == 6 / 64
+    # a single straggler at 8 features is within noise of the last budget
+    straggler = changed.clone()
+    straggler[0] = 8 / 64
+    late = jsma.Attack(attack.x_adv, attack.success, straggler)
+    assert experiment.levelled_off(late, budgets, clusters) == 6 / 64
+    with pytest.raises(ValueError, match="increasing"):
+        experiment.levelled_off(attack, budgets[::-1], clusters)
+
+
+def test_spearman_brown_doubles_a_test_from_its_halves():
+    assert experiment.spearman_brown(0.5) == pytest.approx(2 / 3)
+    assert experiment.spearman_brown(0.0) == 0.0
+    assert experiment.spearman_brown(1.0) == 1.0
+    with pytest.raises(ValueError, match="r must be a finite number"):
+        experiment.spearman_brown(1.5)
+
+
+def test_the_gap_beyond_is_the_difference_of_two_paired_differences():
+    a1 = torch.tensor([True, True, True, False, True, True])
+    b1 = torch.tensor([False, False, True, False, False, True])
+    a2 = torch.tensor([True, False, True, False, True, True])
+    b2 = torch.tensor([True, False, True, False, False, True])
+    clusters = torch.tensor([0, 0, 1, 1, 2, 2])
+    gap, se = experiment.gap_beyond((a1, b1), (a2, b2), clusters)
+    # first gap 3/6, second gap 1/6
+    assert gap == pytest.approx(2 / 6)
+    values = (a1.double() - b1.double()) - (a2.double() - b2.double())
+    assert (gap, se) == experiment.clustered_mean(values, clusters)
+    assert se > 0
+    # the same pair twice: no gap, no error
+    assert experiment.gap_beyond((a1, b1), (a1, b1), clusters) == (0.0, 0.0)
+    with pytest.raises(ValueError, match="b2 must have shape"):
+        experiment.gap_beyond((a1, b1), (a2, b2[:3]), clusters)

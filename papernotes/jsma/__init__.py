@@ -14,8 +14,10 @@ pair search, the attack loop and its variants, then hardness and distance.
 
 The networks under attack and the chapter's measurements live in `papernotes.jsma.experiment`.
 Arguments are checked where they enter (`forward_derivative`, `saliency_map`, `jsma`,
-`random_pairs`, `success_within`, `adversarial_distance`, `hardness`, `robustness`); the cores
-below them trust their input.
+`success_within`, `adversarial_distance`, `hardness`, `robustness`); the cores below them trust
+their input. The attacks without the saliency map that the chapter compares with (the target's
+derivative alone, random pairs) are the experiment's (`experiment.null_attack`), written apart
+so that a broken mechanism cannot move them.
 """
 
 from __future__ import annotations
@@ -168,34 +170,6 @@ def choose_features(
     return chosen & found[:, None], found
 
 
-def target_only_scores(
-    d_target: torch.Tensor, domain: torch.Tensor, increase: bool
-) -> torch.Tensor:
-    """The ablation of the saliency map's idea: every pair (p, q) of the search domain scored by
-    the target's derivative alone, |alpha| where alpha moves the target's logit the right way,
-    with no condition on the other classes; 0 elsewhere and for p = q. Shape (B, M, M)."""
-    alpha = d_target[:, :, None] + d_target[:, None, :]
-    m = d_target.shape[1]
-    allowed = domain[:, :, None] & domain[:, None, :] & ~torch.eye(m, dtype=torch.bool)
-    # alpha > 0 when increasing, alpha < 0 when decreasing; beta is not read
-    passes = alpha > 0 if increase else alpha < 0
-    return torch.where(allowed & passes, alpha.abs(), 0.0)
-
-
-def choose_features_by_target(
-    jacobian: torch.Tensor, target: torch.Tensor, domain: torch.Tensor, increase: bool
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """The pair of the search domain with the largest |alpha| (`target_only_scores`), and
-    whether one was found: the same search as `choose_features` without the other classes."""
-    d_target, _ = target_and_others(jacobian, target)
-    scores = target_only_scores(d_target, domain, increase).flatten(1)
-    best, index = scores.max(1)
-    m = jacobian.shape[2]
-    chosen = F.one_hot(index // m, m).bool() | F.one_hot(index % m, m).bool()
-    found = best > 0
-    return chosen & found[:, None], found
-
-
 def choose_feature(
     jacobian: torch.Tensor, target: torch.Tensor, domain: torch.Tensor, increase: bool
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -240,7 +214,6 @@ def jsma(
     clip: tuple[float, float] = (0.0, 1.0),
     *,
     pairs: bool = True,
-    others: bool = True,
 ) -> Attack:
     """The paper's pairwise saliency-map attack on a batch: each example towards its target.
 
@@ -249,57 +222,28 @@ def jsma(
     features that reached the bound. An example stops when it is classified as its target, when
     it has used its floor(M * max_distortion / 2) pairs, or when no pair is left to choose.
     With `pairs=False` (an ablation) each step changes the one feature with the largest
-    single-feature saliency, with the same budget in features. With `others=False` (the
-    ablation of the saliency map) the pairs are scored by the target's derivative alone, with
-    no condition on the other classes (`target_only_scores`).
+    single-feature saliency, with the same budget in features. (The attacks without the
+    saliency map, the chapter's nulls, are `papernotes.jsma.experiment.null_attack`.)
     """
     checked = _check_attack(model, x, target, theta, max_distortion, clip)
     checks.boolean("pairs", pairs)
-    checks.boolean("others", others)
-    if not others and not pairs:
-        raise ValueError("others=False scores pairs: it needs pairs=True")
-    if not others:
-        choose, per_step = choose_features_by_target, 2
-    else:
-        choose, per_step = (choose_features, 2) if pairs else (choose_feature, 1)
+    choose, per_step = (choose_features, 2) if pairs else (choose_feature, 1)
     return _budgeted(model, x, max_distortion, checked, choose, per_step)
 
 
-def random_pairs(
-    model: nn.Module,
-    x: torch.Tensor,
-    target,
-    theta: float = 1.0,
-    max_distortion: float = 0.145,
-    clip: tuple[float, float] = (0.0, 1.0),
-    *,
-    generator: torch.Generator,
-) -> Attack:
-    """The baseline: the same loop, budget, clip and search domain, but each pair is drawn
-    uniformly from the search domain instead of chosen by the saliency map."""
-    checked = _check_attack(model, x, target, theta, max_distortion, clip)
-    if not isinstance(generator, torch.Generator):
-        raise TypeError(f"generator must be a torch.Generator; got {type(generator).__name__}")
-
-    def choose(_jacobian, _target, domain, _increase):
-        keys = torch.rand(domain.shape, generator=generator).masked_fill(~domain, -1.0)
-        chosen = torch.zeros_like(domain).scatter_(1, keys.topk(2, dim=1).indices, True)
-        return chosen & domain, domain.sum(1) >= 2
-
-    return _budgeted(model, x, max_distortion, checked, choose, 2, derivative=False)
-
-
-def _budgeted(model, x, max_distortion, checked, choose, per_step, derivative=True) -> Attack:
+def _budgeted(model, x, max_distortion, checked, choose, per_step) -> Attack:
     """The loop at the budget of `max_distortion`, for the checked (target, theta, low, high)."""
     target, theta, low, high = checked
     budget = max_iterations(x.shape[1], max_distortion, per_step)
-    return _attack(model, x, target, theta, budget, low, high, choose, derivative)
+    return _attack(model, x, target, theta, budget, low, high, choose)
 
 
-def _attack(model, x, target, theta, budget, low, high, choose, derivative=True) -> Attack:
-    """The loop shared by the attack, its ablation and the random baseline, on a whole batch;
+def _attack(model, x, target, theta, budget, low, high, choose) -> Attack:
+    """The loop shared by the pair attack and its single-feature ablation, on a whole batch;
     `choose(jacobian, target, domain, increase)` returns the features to change and whether it
-    found any."""
+    found any. The search domain starts as the features that can still move in theta's
+    direction, which for theta = +1 or -1 is the same as Algorithm 3's removing each feature
+    once it reaches the bound."""
     # X* = X; Gamma = the features that can still move in theta's direction
     x_adv = x.detach().clone()
     domain = search_domain(x_adv, theta, low, high)
@@ -312,7 +256,7 @@ def _attack(model, x, target, theta, budget, low, high, choose, derivative=True)
         if len(rows) == 0:
             break
         # the forward derivative at the current X*
-        jacobian = _jacobian(model, x_adv[rows]) if derivative else None
+        jacobian = _jacobian(model, x_adv[rows])
         chosen, found = choose(jacobian, target[rows], domain[rows], theta > 0)
         # x_p, x_q <- clip(x_p + theta), clip(x_q + theta)
         moved = (x_adv[rows] + theta * chosen).clamp(low, high)
@@ -342,14 +286,15 @@ def success_within(attack: Attack, max_distortion: float) -> torch.Tensor:
 # -- 5. hardness, adversarial distance and robustness ---------------------------------------------
 
 
-def hardness(success_rates, distortions) -> float:
+def hardness(success_rates, distortions, *, strip: bool = True) -> float:
     """H(s, t): the area under the average distortion of successful samples against the
     success rate, over increasing budgets, by the trapezoidal rule.
 
-    Budgets at which nothing succeeded yet have no average distortion. The successes of the
-    first budget with one are the only successes on the way from a success rate of 0 to theirs,
-    so the curve is flat at their average distortion on that strip: the area starts with the
-    rectangle tau_first * eps_first, then the trapezoids of the later budgets.
+    Budgets at which nothing succeeded yet have no average distortion. The paper's sum runs
+    over the trapezoids between the budgets (`strip=False`). The book adds the strip from a
+    success rate of 0 to the first budget's (`strip=True`): the successes of the first budget
+    with one are the only successes on that way, so the curve is flat there at their average
+    distortion, and the area starts with the rectangle tau_first * eps_first.
     """
     tau = torch.as_tensor(success_rates, dtype=torch.float64)
     eps = torch.as_tensor(distortions, dtype=torch.float64)
@@ -361,10 +306,11 @@ def hardness(success_rates, distortions) -> float:
     tau, eps = tau[keep], eps[keep]
     if len(tau) == 0:
         return 0.0
-    # the strip [0, tau_first], flat at eps_first
-    strip = tau[0] * eps[0]
-    # H(s, t) ~ tau_1 eps_1 + sum_k (tau_{k+1} - tau_k) (eps_{k+1} + eps_k) / 2
-    return float(strip + ((tau[1:] - tau[:-1]) * (eps[1:] + eps[:-1]) / 2).sum())
+    checks.boolean("strip", strip)
+    # the paper: H(s, t) ~ sum_k (tau_{k+1} - tau_k) (eps_{k+1} + eps_k) / 2
+    trapezoids = ((tau[1:] - tau[:-1]) * (eps[1:] + eps[:-1]) / 2).sum()
+    # the book's strip [0, tau_first], flat at eps_first
+    return float(trapezoids + (tau[0] * eps[0] if strip else 0.0))
 
 
 def adversarial_distance(model: nn.Module, x: torch.Tensor, target) -> torch.Tensor:
@@ -378,10 +324,15 @@ def adversarial_distance(model: nn.Module, x: torch.Tensor, target) -> torch.Ten
     return 1 - (_saliency_map(jacobian, target, increase=True) > 0).to(x.dtype).mean(-1)
 
 
-def robustness(distances: torch.Tensor, target: torch.Tensor) -> float:
-    """R(F): the adversarial distances (N,) of inputs to their targets (N,), averaged per
-    target class, and the smallest of those averages."""
+def robustness(distances: torch.Tensor, target: torch.Tensor, *, per_target: bool = True) -> float:
+    """R(F) from the adversarial distances (N,) of inputs to their targets (N,): with
+    `per_target`, the distances averaged per target class and the smallest of those averages,
+    min_t E_X[A(X, t)]; without, the smallest distance of any (X, t), min_(X, t) A(X, t)."""
     n = checks.tensor("distances", distances, "(N,)")["N"]
     checks.tensor("target", target, "(N,)", dtype=torch.int64, N=n)
+    checks.boolean("per_target", per_target)
+    if not per_target:
+        # R(F) = min_(X, t) A(X, t)
+        return distances.min().item()
     # R(F) = min_t E_X[A(X, t)]
     return min(distances[target == t].mean().item() for t in target.unique())

@@ -17,8 +17,8 @@ from papernotes import checks, jsma, training
 from papernotes.data import IMAGE_SHAPE, N_CLASSES, Digits, minibatches
 
 # The random streams of a run (generator(seed, stream)); the integers the chapter's numbers were
-# drawn with.
-BATCHES, SAMPLE, RANDOM_PAIRS = 1, 2, 3
+# drawn with: minibatches, the test digits attacked, random pairs, the validation digits attacked.
+BATCHES, SAMPLE, RANDOM_PAIRS, VALIDATION_SAMPLE = 1, 2, 3, 4
 
 
 # -- the networks under attack --------------------------------------------------------------------
@@ -124,15 +124,17 @@ def distortion(attack: jsma.Attack, budget: float, rows=slice(None)) -> float:
     return attack.changed[rows][succeeded].mean().item() if succeeded.any() else math.nan
 
 
-def pair_hardness(attack: jsma.Attack, budgets: list[float], rows) -> float:
+def pair_hardness(attack: jsma.Attack, budgets: list[float], rows, strip: bool = True) -> float:
     """H(s, t) of the attacks of `rows` over the increasing `budgets` (a budget with no success
-    yet contributes a distortion of 0, which `jsma.hardness` skips)."""
+    yet contributes a distortion of 0, which `jsma.hardness` skips), with the book's strip below
+    the first success rate or, `strip=False`, the paper's trapezoids alone."""
     return jsma.hardness(
         [success_rate(attack, b, rows) for b in budgets],
         [
             distortion(attack, b, rows) if success_rate(attack, b, rows) > 0 else 0.0
             for b in budgets
         ],
+        strip=strip,
     )
 
 
@@ -149,31 +151,175 @@ def per_class_pair(
     return matrix
 
 
-def paired_difference(
-    a: torch.Tensor, b: torch.Tensor, clusters: torch.Tensor
-) -> tuple[float, float]:
-    """The difference of two success rates measured on the same attacks, mean(a) - mean(b), and
-    its standard error when the attacks come in clusters (the nine attacks of one source digit
-    share it): the per-attack differences are averaged within each cluster, and the SE is the
-    standard deviation of those cluster means over sqrt(number of clusters), each cluster
-    weighted by its size. a and b are boolean (N,), clusters int64 (N,)."""
-    n = checks.tensor("a", a, "(N,)", dtype=torch.bool)["N"]
-    checks.tensor("b", b, "(N,)", dtype=torch.bool, N=n)
+def clustered_mean(values: torch.Tensor, clusters: torch.Tensor) -> tuple[float, float]:
+    """The mean of per-attack `values` (N,) and its standard error when the attacks come in
+    clusters (the nine attacks of one source digit share it): the cluster-robust variance of a
+    mean, the squared sums of each cluster's residuals over N^2, with the small-sample factor
+    C / (C - 1) for C clusters. `clusters` is int64 (N,)."""
+    n = checks.tensor("values", values, "(N,)", dtype="floating")["N"]
     checks.tensor("clusters", clusters, "(N,)", dtype=torch.int64, N=n)
     _, index, sizes = clusters.unique(return_inverse=True, return_counts=True)
     if len(sizes) < 2:
         raise ValueError("a clustered standard error needs two clusters at least")
-    d = a.double() - b.double()
+    d = values.double()
     mean = d.mean()
-    # the cluster-robust variance of a mean: sum_c (sum_{i in c} (d_i - mean))^2 / N^2, with the
-    # small-sample factor C / (C - 1)
+    # var = C / (C - 1) * sum_c (sum_{i in c} (d_i - mean))^2 / N^2
     residual = torch.zeros(len(sizes), dtype=torch.float64).index_add_(0, index, d - mean)
     c = len(sizes)
     variance = c / (c - 1) * residual.pow(2).sum() / n**2
     return mean.item(), variance.sqrt().item()
 
 
+def paired_difference(
+    a: torch.Tensor, b: torch.Tensor, clusters: torch.Tensor
+) -> tuple[float, float]:
+    """The difference of two success rates measured on the same attacks, mean(a) - mean(b), and
+    its standard error clustered by source digit (`clustered_mean` of the per-attack
+    differences). a and b are boolean (N,), clusters int64 (N,)."""
+    n = checks.tensor("a", a, "(N,)", dtype=torch.bool)["N"]
+    checks.tensor("b", b, "(N,)", dtype=torch.bool, N=n)
+    return clustered_mean(a.double() - b.double(), clusters)
+
+
+def gap_beyond(
+    first: tuple[torch.Tensor, torch.Tensor],
+    second: tuple[torch.Tensor, torch.Tensor],
+    clusters: torch.Tensor,
+) -> tuple[float, float]:
+    """How much wider one pair of attacks' gap in success is than another's, on the same attacks:
+    mean((a1 - b1) - (a2 - b2)) for first = (a1, b1), second = (a2, b2), each a boolean (N,),
+    and its clustered standard error (the difference of two paired differences)."""
+    (a1, b1), (a2, b2) = first, second
+    for name, t in (("a1", a1), ("b1", b1), ("a2", a2), ("b2", b2)):
+        checks.tensor(name, t, "(N,)", dtype=torch.bool, N=len(a1))
+    return clustered_mean((a1.double() - b1.double()) - (a2.double() - b2.double()), clusters)
+
+
 def three_standard_errors(p: float, q: float, n: int) -> float:
     """Three standard errors of the difference of two success rates p and q, each over n
     attacks: the margin a difference must beat to be more than sampling noise."""
     return 3 * math.sqrt((p * (1 - p) + q * (1 - q)) / n)
+
+
+# -- the nulls: attacks without the saliency map, by code of their own ----------------------------
+#
+# The chapter's nulls are the same greedy pair search with its pairs chosen without the saliency
+# map: scored by the target's derivative alone (the ablation of the saliency map's condition on
+# the other classes) or drawn at random (no derivative at all). They are written here again, with
+# their own derivative, search domain and loop, so that a broken mechanism (tests/mutants/jsma.py
+# patches papernotes.jsma) cannot move them.
+
+
+def _null_jacobian(model: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """The logits' Jacobian (B, classes, features), one backward pass per class."""
+    x = x.detach().requires_grad_(True)
+    with torch.enable_grad():
+        logits = model(x)
+        rows = [
+            torch.autograd.grad(logits[:, j].sum(), x, retain_graph=j < logits.shape[1] - 1)[0]
+            for j in range(logits.shape[1])
+        ]
+    return torch.stack(rows, dim=1)
+
+
+NULL_RULES = ("target alone", "random")
+
+
+def null_attack(
+    model: nn.Module,
+    x: torch.Tensor,
+    target: torch.Tensor,
+    theta: float,
+    max_distortion: float,
+    *,
+    rule: str,
+    generator: torch.Generator | None = None,
+    clip: tuple[float, float] = (0.0, 1.0),
+) -> jsma.Attack:
+    """The pair search without the saliency map, on a batch: the same budget of
+    floor(M * max_distortion / 2) pairs, the same step theta with clipping, the same search domain
+    (features not yet at the bound theta moves them to) and the same stops (the target reached,
+    the budget spent, no pair left) as `jsma.jsma`, with each pair chosen by `rule`:
+
+    - "target alone": the pair with the largest |alpha| among those whose alpha moves the
+      target's logit the right way (alpha > 0 raising, < 0 lowering), whatever the other classes
+      do; no such pair ends the search;
+    - "random": two features of the search domain drawn uniformly (`generator`).
+    """
+    checks.tensor("x", x, "(B, M)", dtype="floating")
+    checks.tensor("target", target, "(B,)", dtype=torch.int64, B=len(x))
+    theta = checks.number("theta", theta)
+    if theta == 0:
+        raise ValueError("theta must be non-zero: its sign says whether features rise or fall")
+    checks.number("max_distortion", max_distortion, 0.0, 1.0, low_open=True)
+    checks.one_of("rule", rule, NULL_RULES)
+    if rule == "random" and not isinstance(generator, torch.Generator):
+        raise TypeError("the random rule needs a torch.Generator")
+    low, high = clip
+    if (x < low).any() or (x > high).any():
+        raise ValueError(f"x must lie inside clip = {clip!r}")
+    m = x.shape[1]
+    budget = math.floor(m * max_distortion / 2 + 1e-9)
+
+    def movable(values):
+        return values < high if theta > 0 else values > low
+
+    x_adv = x.detach().clone()
+    domain = movable(x_adv)
+    with torch.no_grad():
+        success = model(x_adv).argmax(1) == target
+    active = ~success & (domain.sum(1) >= 2)
+    not_self = ~torch.eye(m, dtype=torch.bool)
+    for _ in range(budget):
+        rows = active.nonzero().squeeze(1)
+        if len(rows) == 0:
+            break
+        gamma = domain[rows]
+        if rule == "random":
+            keys = torch.rand(gamma.shape, generator=generator).masked_fill(~gamma, -1.0)
+            chosen = torch.zeros_like(gamma).scatter_(1, keys.topk(2, dim=1).indices, True)
+            found = gamma.sum(1) >= 2
+            chosen &= gamma
+        else:
+            jacobian = _null_jacobian(model, x_adv[rows])
+            d_target = jacobian[torch.arange(len(rows)), target[rows]]  # (R, M)
+            alpha = d_target[:, :, None] + d_target[:, None, :]
+            allowed = gamma[:, :, None] & gamma[:, None, :] & not_self
+            right_way = alpha > 0 if theta > 0 else alpha < 0
+            scores = torch.where(allowed & right_way, alpha.abs(), 0.0).flatten(1)
+            best, index = scores.max(1)
+            found = best > 0
+            chosen = torch.zeros_like(gamma)
+            chosen[torch.arange(len(rows)), index // m] = True
+            chosen[torch.arange(len(rows)), index % m] = True
+            chosen &= found[:, None]
+        moved = (x_adv[rows] + theta * chosen).clamp(low, high)
+        x_adv[rows] = moved
+        domain[rows] = movable(moved) & gamma
+        with torch.no_grad():
+            success[rows] = model(moved).argmax(1) == target[rows]
+        active[rows] = found & ~success[rows] & (domain[rows].sum(1) >= 2)
+    return jsma.Attack(x_adv, success, (x_adv != x).float().mean(-1))
+
+
+# -- choosing the budget on validation, and the reliability of hardness ---------------------------
+
+
+def levelled_off(attack: jsma.Attack, budgets: list[float], clusters: torch.Tensor) -> float:
+    """The smallest of the increasing `budgets` at which the attack's success has levelled off:
+    no longer below its success at the last budget by more than two standard errors of the
+    paired difference (the same attacks at both budgets, clustered by `clusters`)."""
+    if not budgets or list(budgets) != sorted(budgets):
+        raise ValueError("budgets must be a non-empty increasing list")
+    last = jsma.success_within(attack, budgets[-1])
+    for budget in budgets:
+        gap, se = paired_difference(last, jsma.success_within(attack, budget), clusters)
+        if gap <= 2 * se:
+            return budget
+    return budgets[-1]
+
+
+def spearman_brown(r: float) -> float:
+    """The reliability of a measure from the correlation r of its two halves: 2r / (1 + r)."""
+    checks.number("r", r, -1.0, 1.0)
+    return 2 * r / (1 + r) if r > -1 else -1.0

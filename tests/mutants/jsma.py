@@ -1,9 +1,10 @@
 """Broken variants of the saliency-map attack (papernotes.jsma, the mechanism's module).
 
 Each function patches the mechanism module in place; the chapter, run with the patch, must stop
-on its claim check. The attack (`jsma.jsma` and `jsma.random_pairs`, which the chapter calls)
-looks `_jacobian`, `pair_scores` and `search_domain` up in the module's globals when it runs, so
-it sees the patch.
+on its claim check. The attack (`jsma.jsma`, which the chapter calls) looks `_jacobian`,
+`pair_scores`, `search_domain` and `_attack` up in the module's globals when it runs, so it sees
+the patch. The chapter's nulls (`papernotes.jsma.experiment.null_attack`) are written apart and
+see none of them.
 """
 
 import torch
@@ -46,8 +47,34 @@ def saturated_features_stay_in_the_domain():
     m.search_domain = search_domain
 
 
+def runs_past_its_target():
+    """An example that reaches its target stays in the loop and keeps changing pairs until its
+    budget or its pairs run out (the success test left out of the loop's stop)."""
+
+    def _attack(model, x, target, theta, budget, low, high, choose):
+        x_adv = x.detach().clone()
+        domain = m.search_domain(x_adv, theta, low, high)
+        active = domain.any(1)
+        for _ in range(budget):
+            rows = active.nonzero().squeeze(1)
+            if len(rows) == 0:
+                break
+            jacobian = m._jacobian(model, x_adv[rows])
+            chosen, found = choose(jacobian, target[rows], domain[rows], theta > 0)
+            moved = (x_adv[rows] + theta * chosen).clamp(low, high)
+            x_adv[rows] = moved
+            domain[rows] = m.search_domain(moved, theta, low, high) & domain[rows]
+            active[rows] = found & domain[rows].any(1)
+        with torch.no_grad():
+            success = model(x_adv).argmax(1) == target
+        return m.Attack(x_adv, success, (x_adv != x).float().mean(-1))
+
+    m._attack = _attack
+
+
 MUTANTS = [
     saliency_on_softmax_probabilities,
     other_classes_need_not_oppose,
     saturated_features_stay_in_the_domain,
+    runs_past_its_target,
 ]
