@@ -7,7 +7,9 @@ as a hook just before each optimizer step. The seeds' networks train side by sid
 and so its CGN and its updates, as they would be alone.
 
 RandomOut is the mechanism's (`papernotes.randomout`), looked up at call time so that a broken
-variant patched into that module is the one these runs use.
+variant patched into that module is the one these runs use. The runs without it, the chapter's
+nulls, never call the mechanism: the baseline logs its gradients with `GradientLog`, and
+`RandomResets` resets random filters at a fixed rate with code and random streams of its own.
 """
 
 from __future__ import annotations
