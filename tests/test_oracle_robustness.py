@@ -335,16 +335,16 @@ def test_measure_reports_accuracy_and_the_flips_of_each_radius(digits_with_extra
     }
 
 
-def test_the_penalty_is_chosen_among_the_accurate_enough_by_its_flips():
-    def result(accuracy, flips):
-        return {"accuracy": accuracy, "flips": {1.0: flips}}
+def test_the_weight_is_chosen_by_accuracy_under_attack():
+    def result(robust, flips):
+        return {"robust_accuracy": robust, "strongest_flips": flips}
 
-    validation = {0.1: result(0.95, 0.4), 0.3: result(0.94, 0.1), 1.0: result(0.90, 0.0)}
-    assert experiment.choose_penalty(validation, 0.95) == 0.3  # 1.0 is too inaccurate
-    assert experiment.choose_penalty(validation, 0.95, tolerance=0.06) == 1.0
-    tie = {0.1: result(0.95, 0.1), 0.3: result(0.95, 0.1)}
-    assert experiment.choose_penalty(tie, 0.95) == 0.1  # the smaller weight on a tie
-    assert experiment.choose_penalty(validation, 0.99) == 0.1  # none admissible: most accurate
+    validation = {0.1: result(0.80, 0.15), 0.3: result(0.90, 0.05), 1.0: result(0.85, 0.0)}
+    assert experiment.choose_weight(validation) == 0.3  # 1.0 is moved least, but less accurate
+    tie = {0.1: result(0.9, 0.08), 0.3: result(0.9, 0.05), 1.0: result(0.9, 0.05)}
+    assert experiment.choose_weight(tie) == 0.3  # fewer changed, then the smaller weight
+    with pytest.raises(ValueError, match="no weights"):
+        experiment.choose_weight({})
 
 
 # -- the exhaustive search, the baselines and the chapter's measures ------------------------------
@@ -391,6 +391,10 @@ def test_the_paired_difference_and_its_standard_error():
     assert d == pytest.approx(0.5)
     assert se == pytest.approx((per_input.std() / 2).item())
     assert experiment.paired_difference(a, a) == (0.0, 0.0)
+    real = experiment.paired_difference(
+        torch.tensor([0.5, 0.1, 0.3]), torch.tensor([0.1, 0.1, 0.1])
+    )
+    assert real[0] == pytest.approx(0.2) and real[1] == pytest.approx(0.2 / 3**0.5)
     with pytest.raises(ValueError):
         experiment.paired_difference(a, b[:3])
 
@@ -405,6 +409,9 @@ def test_the_representation_shift_is_zero_for_pixels_only_and_positive_otherwise
     # a g1 that reads only the extra features moves as much under a twin as between inputs
     extra_only = orc.Classifier(72, 10, reads=ignored)
     assert experiment.representation_shift(extra_only, test_x, ignored, gen(3)) > 0.5
+    per_input = experiment.shift_per_input(plain, test_x, ignored, gen(3))
+    assert per_input.shape == (len(test_x),) and (per_input >= 0).all()
+    assert per_input.mean().item() == pytest.approx(shift)
 
 
 def test_retraining_the_decision_keeps_g1_and_follows_its_run(digits_with_extra):
@@ -438,3 +445,85 @@ def test_the_augmentation_baseline_trains_on_the_twins(digits_with_extra):
         experiment.train_classifier(
             x, y, n_classes=10, seed=0, augment=1.0, penalty=1.0, ignored=ignored
         )
+
+
+def test_a_robustness_seeking_decision_keeps_g1_and_moves_less(digits_with_extra):
+    x, y, test_x, ignored, plain, _ = digits_with_extra
+    plain_c1 = experiment.retrain_decision(plain, x, y, seed=0, run=0, steps=100).model
+    seeking = experiment.retrain_decision(
+        plain, x, y, seed=0, run=0, steps=100, penalty=3.0, ignored=ignored
+    ).model
+    for name, value in seeking.g.state_dict().items():
+        assert torch.equal(value, plain.g.state_dict()[name])  # g1 frozen
+    twin = orc.oracle_twin(test_x, ignored, gen(13))
+    with torch.no_grad():
+        gap = {m: (m(test_x) - m(twin)).pow(2).sum(-1).mean().item() for m in (plain_c1, seeking)}
+    assert gap[seeking] < 0.5 * gap[plain_c1]  # its answers move less under an oracle twin
+    flips = {
+        m: orc.attack_unnecessary_features(m, test_x, ignored, 1.0, 20).flipped.float().mean()
+        for m in (plain_c1, seeking)
+    }
+    assert flips[seeking] < flips[plain_c1]
+    with pytest.raises(ValueError, match="needs `ignored`"):
+        experiment.retrain_decision(plain, x, y, seed=0, run=0, penalty=1.0)
+
+
+# -- the nulls' own code ---------------------------------------------------------------------------
+
+
+def test_the_nulls_twin_is_the_mechanisms_twin_written_again():
+    x = torch.rand(40, 6, generator=gen(14))
+    ignored = torch.tensor([False, True, False, True, True, False])
+    assert torch.equal(
+        experiment.redraw_ignored(x, ignored, gen(15)), orc.oracle_twin(x, ignored, gen(15))
+    )
+
+
+def test_the_nulls_search_finds_what_the_mechanisms_strongest_attack_finds(digits_with_extra):
+    x, y, test_x, ignored, plain, pixels = digits_with_extra
+    digits = load_digits_split()
+    oracle = orc.Oracle(~ignored, lambda z: torch.zeros(len(z), dtype=torch.int64))
+    values = experiment.label_codes(8, 10, gen(0))
+    for model in (plain, pixels):
+        mechanism = experiment.measure(
+            model, test_x, digits.test_y[:120], oracle, (1.0,), 20, values
+        )
+        null = experiment.measure_null(model, test_x, digits.test_y[:120], ignored, values, 20)
+        assert torch.equal(null["strongest"], mechanism["strongest"])
+        assert torch.equal(null["robust"], mechanism["robust"])
+        assert null["robust_accuracy"] == mechanism["robust_accuracy"]
+    assert null["strongest_flips"] == 0.0  # pixels only: nothing to move
+    assert mechanism["robust"].sum() == (mechanism["correct"] & ~mechanism["strongest"]).sum()
+
+
+def test_a_constant_decision_is_never_moved_and_right_on_its_class_only():
+    y = torch.tensor([3, 1, 3, 0, 3, 2])
+    constant = experiment.constant_decision(y)
+    assert constant["accuracy"] == constant["robust_accuracy"] == pytest.approx(0.5)
+    assert constant["strongest_flips"] == 0.0 and not constant["strongest"].any()
+
+
+def test_every_attacked_digit_keeps_the_oracles_label_and_stays_in_its_ball():
+    # The definition's two by-construction guarantees, on a classifier trained on digits with 16
+    # unnecessary features: the oracle (a lookup of the given labels) answers the same for every
+    # attacked input, its features do not move (d2' = 0), and no feature moves by more than eps.
+    digits = load_digits_split()
+    data = experiment.with_unnecessary_features(digits, 16, 0.9, seed=0)
+    keep = torch.arange(80) < 64
+    labeller = orc.LabelLookup(digits.test_x, digits.test_y)
+    oracle = orc.Oracle(keep, labeller)
+    model = experiment.train_classifier(data["train"], digits.train_y, n_classes=10, seed=0).model
+    x = data["test"][:150]
+    attacks = [
+        (eps, orc.attack_unnecessary_features(model, x, ~keep, eps, 20))
+        for eps in (0.25, 0.5, 0.75, 1.0)
+    ]
+    attacks.append((1.0, orc.attack_by_values(model, x, ~keep, experiment.codes_of(16, 0))))
+    for eps, attack in attacks:
+        assert torch.equal(oracle(attack.x_adv), oracle(x))
+        assert torch.equal(oracle(x), digits.test_y[:150])
+        assert oracle.distance(attack.x_adv, x).max() == 0
+        assert (attack.x_adv - x).abs().max() <= eps + 1e-6
+    assert attacks[0][1].flipped.any() and attacks[-1][1].flipped.any()
+    # the projection binds below eps = 1: without it, 20 steps of 2.5 eps / 20 would go further
+    assert (attacks[0][1].x_adv - x).abs().max() == pytest.approx(0.25, abs=1e-6)

@@ -1,10 +1,16 @@
 """The chapter's experiment around oracle robustness (papernotes.oracle_robustness): the toy
 data and the digits with unnecessary features, the training of f1 (with or without the Siamese
-penalty), and the measurements of its tables and claims.
+penalty), decisions c1 retrained on a frozen g1, and the measurements of its tables and claims.
 
-The paper's objects (the oracle, the classifier, the attack, the Siamese penalty) are
-`papernotes.oracle_robustness`; this module calls them through the module
-(`oracle_robustness.name`), so a mutant patched there reaches the chapter.
+The paper's objects (the oracle, the classifier, the attack, the Siamese penalty, the oracle
+twin) are `papernotes.oracle_robustness`; this module calls them through the module
+(`oracle_robustness.name`), so a mutant patched there reaches the chapter's arms.
+
+The nulls of the chapter's claims must stay out of a mutant's reach. So the runs that stand for
+them (the plain classifier, the augmentation baseline, the pixels-only classifier) and their
+measurements use code of this module's own: `redraw_ignored` for their twins and
+`null_search` for their attack, each with a random stream of its own. Unbroken, each is the
+mechanism's counterpart exactly (the unit tests compare them).
 """
 
 from __future__ import annotations
@@ -23,7 +29,9 @@ BATCHES, TWINS, CODES = 1, 2, 3
 FEATURES = {"train": 4, "val": 5, "test": 6}
 TOY_TRAIN, TOY_TEST = 10, 11
 SHIFT = 12  # the twins and the partners of the representation's shift
+AUGMENT_TWINS = 13  # the augmentation baseline's twins (its own stream, its own code)
 DECISIONS = 100  # c1 retrained on a frozen g1: its j-th run draws from DECISIONS + j
+DECISION_TWINS = 200  # the twins of a robustness-seeking c1: run j draws from DECISION_TWINS + j
 
 
 # -- data with unnecessary features ---------------------------------------------------------------
@@ -110,7 +118,6 @@ def train_classifier(
     hidden: int | None = 64,
     penalty: float = 0.0,
     augment: float = 0.0,
-    weight_decay: float = 0.0,
     ignored: torch.Tensor | None = None,
     steps: int = 200,
     lr: float = 1e-2,
@@ -120,14 +127,14 @@ def train_classifier(
     """Train f1 with Adam on cross-entropy plus, when `penalty` (lambda) > 0, the Siamese
     penalty on pairs (x, x~) whose `ignored` features are redrawn. `augment` > 0 is the
     baseline that trains on the twins instead: lambda CE(f1(x~), y) in place of the penalty.
-    `weight_decay` is Adam's. Weights, batches and the redrawn features follow `seed`; `val`,
-    when given, is logged as "val_accuracy"."""
+    Weights, batches and the redrawn features follow `seed`; `val`,
+    when given, is logged as "val_accuracy". Without a penalty the run calls nothing of the
+    mechanism but the Classifier: the plain and augmented classifiers are the claims' nulls."""
     n_features = checks.tensor("x", x, "(N, D)", dtype="floating")["D"]
     checks.tensor("y", y, "(N,)", dtype=torch.int64, N=len(x))
     checks.integer("seed", seed, 0)
     penalty = checks.number("penalty", penalty, 0.0)
     augment = checks.number("augment", augment, 0.0)
-    weight_decay = checks.number("weight_decay", weight_decay, 0.0)
     if (penalty > 0 or augment > 0) and ignored is None:
         raise ValueError("a penalty needs `ignored`: the features the oracle does not use")
     if penalty > 0 and augment > 0:
@@ -138,6 +145,7 @@ def train_classifier(
     with training.seeded(seed):
         model = oracle_robustness.Classifier(n_features, n_classes, hidden=hidden, reads=reads)
     redraw = training.generator(seed, TWINS)
+    redraw_own = training.generator(seed, AUGMENT_TWINS)
 
     def siamese(index: torch.Tensor) -> torch.Tensor:
         # L = CE(c1(g1(x)), y) + lambda ||g1(x) - g1(x~)||^2, x~ the oracle's twin of x
@@ -145,14 +153,15 @@ def train_classifier(
         return penalty * oracle_robustness.siamese_penalty(model, x[index], twin)
 
     def on_twins(index: torch.Tensor) -> torch.Tensor:
-        # the augmentation baseline: L = CE(c1(g1(x)), y) + lambda CE(c1(g1(x~)), y)
-        twin = oracle_robustness.oracle_twin(x[index], ignored, redraw)
+        # the augmentation baseline: L = CE(c1(g1(x)), y) + lambda CE(c1(g1(x~)), y), with
+        # twins of its own (a null: no mutant of the mechanism reaches it)
+        twin = redraw_ignored(x[index], ignored, redraw_own)
         return augment * F.cross_entropy(model(twin), y[index])
 
     history = training.train_classifier(
         model,
         y,
-        torch.optim.Adam(model.parameters(), lr=lr, weight_decay=weight_decay),
+        torch.optim.Adam(model.parameters(), lr=lr),
         steps,
         batches=minibatches(len(x), batch_size, training.generator(seed, BATCHES)),
         logits_of=lambda index: model(x[index]),
@@ -174,21 +183,37 @@ def retrain_decision(
     *,
     seed: int,
     run: int,
+    penalty: float = 0.0,
+    ignored: torch.Tensor | None = None,
     steps: int = 200,
     lr: float = 1e-2,
     batch_size: int = 64,
 ) -> training.Run:
-    """A copy of `model` whose g1 is frozen and whose c1 is drawn afresh and trained alone on
-    plain cross-entropy: run `run` of the decisions that g1 can carry. Its initial c1 and its
-    batches follow (seed, DECISIONS + run); the original model is left as it was."""
+    """A copy of `model` whose g1 is frozen and whose c1 is drawn afresh and trained alone: run
+    `run` of the decisions that g1 can carry. On plain cross-entropy, or, with `penalty`
+    (lambda) > 0, a c1 that seeks robustness: the Siamese penalty moved to the only place c1
+    can act, its output, L = CE(f1(x), y) + lambda ||f1(x) - f1(x~)||^2 with x~ the oracle's
+    twin of x (its `ignored` features redrawn). Its initial c1 and batches follow
+    (seed, DECISIONS + run), its twins (seed, DECISION_TWINS + run); the original model is left
+    as it was."""
     checks.integer("seed", seed, 0)
     checks.integer("run", run, 0)
+    penalty = checks.number("penalty", penalty, 0.0)
+    if penalty > 0 and ignored is None:
+        raise ValueError("a penalty needs `ignored`: the features the oracle does not use")
     new = copy.deepcopy(model)
     for parameter in new.g.parameters():
         parameter.requires_grad_(False)
     stream = training.generator(seed, DECISIONS + run)
+    redraw = training.generator(seed, DECISION_TWINS + run)
     with training.seeded(int(torch.randint(2**31, (1,), generator=stream))):
         new.c = torch.nn.Linear(new.c.in_features, new.c.out_features)
+
+    def robust(index: torch.Tensor) -> torch.Tensor:
+        # lambda ||c1(g1(x)) - c1(g1(x~))||^2: g1 is frozen, so only c1 can make them agree
+        twin = oracle_robustness.oracle_twin(x[index], ignored, redraw)
+        return penalty * (new(x[index]) - new(twin)).pow(2).sum(-1).mean()
+
     history = training.train_classifier(
         new,
         y,
@@ -196,6 +221,7 @@ def retrain_decision(
         steps,
         batches=minibatches(len(x), batch_size, stream),
         logits_of=lambda index: new(x[index]),
+        extra_loss=robust if penalty > 0 else None,
         desc="c1",
     )
     return training.Run(new, history)
@@ -213,11 +239,13 @@ def measure(
     steps: int,
     values: torch.Tensor | None = None,
 ) -> dict:
-    """Clean accuracy, and the attack on the features the oracle ignores at each radius:
-    {"accuracy", "correct" (N,), "attacks": {epsilon: Attack}, "flips": {epsilon: share}}.
-    With `values` (rows of values for the ignored features, in the data range) also the
-    exhaustive search over them, "pasted" (an Attack), and "strongest": per input, flipped by
-    the gradient attack at the largest radius or by the search (N,), and "strongest_flips"."""
+    """Clean accuracy, and the mechanism's attack on the features the oracle ignores at each
+    radius: {"accuracy", "correct" (N,), "attacks": {epsilon: Attack}, "flips": {epsilon:
+    share}}. With `values` (rows of values for the ignored features, in the data range) also
+    the exhaustive search over them, "pasted" (an Attack); "strongest": per input, flipped by
+    the gradient attack at the largest radius or by the search (N,), and "strongest_flips";
+    "robust": correct and not flipped (N,), and "robust_accuracy", the accuracy under the
+    strongest attack."""
     with training.evaluating(model):
         correct = model(x).argmax(-1) == y
     attacks = {
@@ -237,20 +265,125 @@ def measure(
             "pasted": pasted,
             "strongest": strongest,
             "strongest_flips": strongest.float().mean().item(),
+            "robust": correct & ~strongest,
+            "robust_accuracy": (correct & ~strongest).float().mean().item(),
         }
     return result
 
 
+# -- the nulls' own code: out of the mechanism's (and its mutants') reach -------------------------
+
+
+def redraw_ignored(x: torch.Tensor, ignored: torch.Tensor, generator: torch.Generator):
+    """x with its `ignored` features redrawn uniformly in [0, 1]: the oracle twin, written again
+    for the nulls and the measurements (the mechanism's is `oracle_robustness.oracle_twin`)."""
+    fresh = torch.rand(x.shape, generator=generator)
+    return torch.where(ignored, fresh, x)
+
+
+def null_search(
+    model: torch.nn.Module, x: torch.Tensor, ignored: torch.Tensor, values: torch.Tensor, steps: int
+) -> torch.Tensor:
+    """Whether the strongest attack changes each prediction (N,), written again for the nulls:
+    signed gradient steps of 2.5 / steps on the ignored features inside [0, 1] (the radius-1
+    ball, which holds the whole range), each input stopping at its first change, or any row of
+    `values` written into the ignored features. Unbroken, the same as `measure`'s
+    "strongest"."""
+    x = x.detach()
+    with torch.no_grad():
+        clean = model(x).argmax(-1)
+    moved, flipped = x.clone(), torch.zeros(len(x), dtype=torch.bool)
+    for _ in range(steps):
+        active = ~flipped
+        if not active.any():
+            break
+        point = moved[active].requires_grad_(True)
+        with torch.enable_grad():
+            loss = F.cross_entropy(model(point), clean[active], reduction="sum")
+            (grad,) = torch.autograd.grad(loss, point)
+        step = point.detach() + (2.5 / steps) * grad.sign() * ignored.to(x.dtype)
+        here = x[active]
+        moved[active] = (here + (step - here).clamp(-1.0, 1.0)).clamp(0.0, 1.0)
+        with torch.no_grad():
+            flipped[active] = model(moved[active]).argmax(-1) != clean[active]
+    with torch.no_grad():
+        for value in values:
+            pasted = x.clone()
+            pasted[:, ignored] = value.to(x.dtype)
+            flipped |= model(pasted).argmax(-1) != clean
+    return flipped
+
+
+def measure_null(
+    model: torch.nn.Module,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    ignored: torch.Tensor,
+    values: torch.Tensor,
+    steps: int,
+) -> dict:
+    """A null's clean accuracy and its accuracy under `null_search`: {"accuracy", "correct",
+    "strongest", "strongest_flips", "robust", "robust_accuracy"}, as `measure` reports them."""
+    checks.tensor("x", x, "(N, D)", dtype="floating")
+    with training.evaluating(model):
+        correct = model(x).argmax(-1) == y
+    strongest = null_search(model, x, ignored, values, steps)
+    return {
+        "accuracy": correct.float().mean().item(),
+        "correct": correct,
+        "strongest": strongest,
+        "strongest_flips": strongest.float().mean().item(),
+        "robust": correct & ~strongest,
+        "robust_accuracy": (correct & ~strongest).float().mean().item(),
+    }
+
+
+def constant_decision(y: torch.Tensor) -> dict:
+    """The best constant c1 (always the most frequent class of y), measured as `measure_null`
+    reports: nothing changes its answer, so its accuracy under any attack is its accuracy."""
+    n = checks.tensor("y", y, "(N,)", dtype=torch.int64)["N"]
+    correct = y == torch.bincount(y).argmax()
+    return {
+        "accuracy": correct.float().mean().item(),
+        "correct": correct,
+        "strongest": torch.zeros(n, dtype=torch.bool),
+        "strongest_flips": 0.0,
+        "robust": correct,
+        "robust_accuracy": correct.float().mean().item(),
+    }
+
+
 def paired_difference(a: torch.Tensor, b: torch.Tensor) -> tuple[float, float]:
-    """The difference of two shares measured on the same inputs, mean(a) - mean(b), and its
+    """The difference of two means measured on the same inputs, mean(a) - mean(b), and its
     standard error from sampling the inputs: the standard deviation of the per-input
-    differences a_i - b_i over sqrt(N). a and b are boolean (N,)."""
-    n = checks.tensor("a", a, "(N,)", dtype=torch.bool)["N"]
-    checks.tensor("b", b, "(N,)", dtype=torch.bool, N=n)
+    differences a_i - b_i over sqrt(N). a and b are (N,), boolean or real."""
+    n = checks.tensor("a", a, "(N,)")["N"]
+    checks.tensor("b", b, "(N,)", N=n)
     if n < 2:
         raise ValueError("a paired difference needs two inputs at least")
-    d = a.float() - b.float()
+    d = a.double() - b.double()
     return d.mean().item(), (d.std() / n**0.5).item()
+
+
+def shift_per_input(
+    model: oracle_robustness.Classifier,
+    x: torch.Tensor,
+    ignored: torch.Tensor,
+    generator: torch.Generator,
+) -> torch.Tensor:
+    """How much g1 moves when only the ignored features change, per input (N,), against how
+    much it moves between two different inputs: ||g1(x_n) - g1(x~_n)||^2 over the mean of
+    ||g1(x) - g1(x_pi)||^2, x~ a twin (`redraw_ignored`), x_pi the inputs shuffled. Its mean is
+    `representation_shift`: 0 when g1 ignores those features exactly (a constant g1 among
+    them, whose every distance is 0), near 1 when it moves as much as between two digits."""
+    checks.tensor("x", x, "(N, D)", dtype="floating")
+    with training.evaluating(model):
+        twin = redraw_ignored(x, ignored, generator)
+        other = x[torch.randperm(len(x), generator=generator)]
+        g = model.features(x)
+        to_twin = (g - model.features(twin)).pow(2).sum(-1)
+        to_other = (g - model.features(other)).pow(2).sum(-1).mean()
+    return to_twin / to_other if to_other > 0 else torch.zeros_like(to_twin)
 
 
 def representation_shift(
@@ -259,30 +392,20 @@ def representation_shift(
     ignored: torch.Tensor,
     generator: torch.Generator,
 ) -> float:
-    """How much g1 moves when only the ignored features change, against how much it moves
-    between two different inputs: mean ||g1(x) - g1(x~)||^2 over mean ||g1(x) - g1(x_pi)||^2,
-    x~ the oracle's twins, x_pi the same inputs shuffled. 0 when g1 ignores those features
-    exactly; near 1 or above when it moves as much as between two digits."""
-    checks.tensor("x", x, "(N, D)", dtype="floating")
-    with training.evaluating(model):
-        twin = oracle_robustness.oracle_twin(x, ignored, generator)
-        other = x[torch.randperm(len(x), generator=generator)]
-        g = model.features(x)
-        to_twin = (g - model.features(twin)).pow(2).sum(-1).mean()
-        to_other = (g - model.features(other)).pow(2).sum(-1).mean()
-    return (to_twin / to_other).item()
+    """The mean of `shift_per_input`: mean ||g1(x) - g1(x~)||^2 over mean ||g1(x) -
+    g1(x_pi)||^2, the measure of how far g1 is from ignoring the features the oracle ignores."""
+    return shift_per_input(model, x, ignored, generator).mean().item()
 
 
-def choose_penalty(
-    validation: dict, reference_accuracy: float, epsilon: float = 1.0, tolerance: float = 0.02
-) -> float:
+def choose_weight(validation: dict) -> float:
     """The weight chosen on validation (`validation`: {weight: measure(...)}), the same rule for
-    every arm (the Siamese lambda, the augmentation's lambda, the plain classifier's weight
-    decay): among the weights whose accuracy is within `tolerance` of the reference's, the one
-    flipped least at `epsilon` (the smaller weight on a tie); if none is, the most accurate."""
-    admissible = [
-        lam for lam, r in validation.items() if r["accuracy"] >= reference_accuracy - tolerance
-    ]
-    if admissible:
-        return min(admissible, key=lambda lam: (validation[lam]["flips"][epsilon], lam))
-    return max(validation, key=lambda lam: validation[lam]["accuracy"])
+    every arm (the plain classifier's weight decay, the Siamese lambda, the augmentation's
+    lambda, a robustness-seeking c1's lambda): the highest accuracy under the strongest attack,
+    which charges every point of clean accuracy an arm spends; on a tie, fewer changed
+    predictions, then the smaller weight."""
+    if not validation:
+        raise ValueError("no weights to choose from")
+    return min(
+        validation,
+        key=lambda w: (-validation[w]["robust_accuracy"], validation[w]["strongest_flips"], w),
+    )

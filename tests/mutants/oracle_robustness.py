@@ -1,10 +1,17 @@
 """Broken variants of the oracle-robustness mechanisms (papernotes.oracle_robustness).
 
 Each function patches the mechanism module in place; the chapter, run with the patch, must stop
-on its claim check. The attack looks `_attack` and `project` up in the module's globals when it
-runs, `oracle_twin` looks up `_oracle_twin` there, and the experiment's training loop
+on its claim check, and no null of its claims may move (the nulls are trained and attacked by
+the experiment's own code). The attack looks `_attack` up in the module's globals when it runs,
+`oracle_twin` looks up `_oracle_twin` there, and the experiment's training loop
 (papernotes.oracle_robustness.experiment) calls `oracle_robustness.siamese_penalty` and
 `oracle_robustness.oracle_twin` through the module at every update, so they see the patch.
+
+A projection dropped from the attack is not among them: every claim attacks at epsilon = 1, and
+a 20-step attack without its projection changes hardly more answers at the smaller radii either
+(the chapter's sweep found it caught by no row). The unit tests check the projection exactly
+(tests/test_oracle_robustness.py: the clamp, the margin of a linear classifier, the largest move
+at each radius).
 """
 
 import torch
@@ -22,13 +29,15 @@ def attack_ignores_its_mask():
     m._attack = _attack
 
 
-def projection_dropped():
-    """The attack never projects back onto the epsilon ball: only the data range bounds it."""
+def attack_descends_the_loss():
+    """The attack steps down the gradient of the loss of the clean prediction instead of up it:
+    it makes the prediction surer, and only the pasted codes still find adversarial examples."""
+    attack = m._attack
 
-    def project(x_adv, x, epsilon, low, high):
-        return x_adv.clamp(low, high)
+    def _attack(model, x, mask, epsilon, steps, alpha, low, high):
+        return attack(model, x, mask, epsilon, steps, -alpha, low, high)
 
-    m.project = project
+    m._attack = _attack
 
 
 def siamese_penalty_with_the_wrong_sign():
@@ -63,7 +72,7 @@ def twin_redraws_the_oracle_features():
 
 MUTANTS = [
     attack_ignores_its_mask,
-    projection_dropped,
+    attack_descends_the_loss,
     siamese_penalty_with_the_wrong_sign,
     siamese_penalty_on_the_same_input,
     twin_redraws_the_oracle_features,
