@@ -1,6 +1,7 @@
 """Tests of papernotes.rethinking_generalization and its experiment: label corruption, input
-randomizations, the randomization test's loop, the Theorem 1 construction and its ablation, and
-the chapter's measurements."""
+randomizations, the randomization test's loop (networks side by side following their own runs,
+weight decay as Adam's), the Theorem 1 construction and its ablation, the minimum-norm kernel
+interpolant, and the chapter's measurements."""
 
 import math
 
@@ -181,7 +182,7 @@ def test_dropout_adds_layers_without_weights_and_keeps_the_initial_weights():
         data, seed=3, epochs=1, batch_size=60, hidden=8, lr=1e-9, dropout=0.5
     )
     kinds = [type(m).__name__ for m in dropped.model]
-    assert kinds == ["Linear", "ReLU", "Dropout", "Linear", "ReLU", "Dropout", "Linear"]
+    assert kinds == ["Linear", "ReLU", "Linear", "ReLU", "Dropout", "Linear"]
     for a, b in zip(plain.model.parameters(), dropped.model.parameters(), strict=True):
         assert torch.allclose(a, b, atol=1e-6)
 
@@ -398,3 +399,132 @@ def test_rank_of_A_is_n_for_the_construction_and_two_for_the_ablation():
     assert experiment.rank_of_A(rg.finite_sample_expressivity(x, y, gen(36)), x) == 40
     ablation = experiment.least_squares_network(x, y, experiment.biases_below_the_points, gen(36))
     assert experiment.rank_of_A(ablation, x) == 2
+
+
+def test_networks_trained_side_by_side_follow_their_own_runs():
+    # Two conditions trained together take the updates each takes alone (Adam is elementwise
+    # and the loss sums the networks' own losses): the same curves, up to float rounding.
+    train_x, train_y, test_x, test_y = small_digits()
+    clean = rg.RandomizedDigits(train_x, train_y, test_x, test_y, num_classes=4)
+    noisy = rg.RandomizedDigits(train_x, train_y, test_x, test_y, corruption=1.0, num_classes=4)
+    settings = {"seed": 2, "epochs": 6, "batch_size": 10, "hidden": 16, "lr": 3e-3}
+    together = experiment.randomization_tests(
+        {
+            "clean": experiment.Condition(clean),
+            "noisy, decayed": experiment.Condition(noisy, weight_decay=0.05),
+        },
+        **settings,
+    )
+    alone = {
+        "clean": experiment.randomization_test(clean, **settings),
+        "noisy, decayed": experiment.randomization_test(noisy, weight_decay=0.05, **settings),
+    }
+    for name, run in together.items():
+        for a, b in zip(run.model.parameters(), alone[name].model.parameters(), strict=True):
+            assert torch.allclose(a, b, atol=1e-4)
+        assert run.history["train_accuracy"] == alone[name].history["train_accuracy"]
+    assert experiment.weight_norm(together["noisy, decayed"]) < experiment.weight_norm(
+        together["clean"]
+    )
+
+
+def test_weight_decay_is_the_gradient_of_half_lambda_theta_squared_as_in_adam():
+    # One update of a network with weight decay equals torch's Adam(weight_decay=lambda).
+    train_x, train_y, test_x, test_y = small_digits()
+    data = rg.RandomizedDigits(train_x, train_y, test_x, test_y, num_classes=4)
+    ours = experiment.randomization_test(
+        data, seed=5, epochs=1, batch_size=60, hidden=8, lr=0.01, weight_decay=0.3
+    )
+    with pn.training.seeded(5):
+        model = experiment.network(train_x.shape[1], 4, hidden=8, depth=2)
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.01, weight_decay=0.3)
+    loss = torch.nn.functional.cross_entropy(model(train_x), train_y)  # one batch of all 60
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+    for a, b in zip(ours.model.parameters(), model.parameters(), strict=True):
+        assert torch.allclose(a, b, atol=1e-5)
+
+
+def test_depth_0_is_a_linear_classifier_that_cannot_memorise_random_labels():
+    # 60 points in 4 dimensions with 4 random classes: no linear classifier separates them.
+    train_x, train_y, test_x, test_y = small_digits(d=4)
+    data = rg.RandomizedDigits(train_x, train_y, test_x, test_y, corruption=1.0, num_classes=4)
+    linear = experiment.randomization_test(
+        data, seed=0, epochs=120, batch_size=10, hidden=64, lr=3e-3, depth=0
+    )
+    assert [type(m).__name__ for m in linear.model] == ["Linear"]
+    assert linear.epochs_to_fit is None
+    with pytest.raises(ValueError, match="conditions"):
+        experiment.randomization_tests({})
+
+
+# -- section 5: the minimum-norm kernel interpolant -----------------------------------------------
+
+
+def test_the_kernel_interpolant_fits_any_labels_and_has_the_rkhs_norm_of_its_coefficients():
+    x = torch.rand(40, 5, generator=gen(80))
+    labels = torch.randint(3, (40,), generator=gen(81))
+    f = rg.KernelInterpolant(x, labels, gamma=2.0, num_classes=3)
+    one_hot = torch.nn.functional.one_hot(labels, 3).double()
+    assert torch.allclose(f(x), one_hot, atol=1e-8)  # every training label, exactly
+    assert (f(x).argmax(1) == labels).all()
+    K = torch.exp(-2.0 * torch.cdist(x.double(), x.double()) ** 2)
+    alpha = torch.linalg.solve(K, one_hot)
+    assert f.norm == pytest.approx(torch.sqrt((alpha * (K @ alpha)).sum()).item(), rel=1e-9)
+    # Of all interpolants, the minimum-norm one: adding any f orthogonal on the points (here a
+    # kernel function centred off the points, projected out) can only raise the norm. Check the
+    # norm equals sqrt(Y^T K^{-1} Y), the closed form.
+    closed = torch.sqrt((one_hot * torch.linalg.solve(K, one_hot)).sum()).item()
+    assert f.norm == pytest.approx(closed, rel=1e-9)
+
+
+def test_the_kernel_interpolant_rejects_duplicates_and_bad_arguments():
+    x = torch.rand(5, 3, generator=gen(82))
+    labels = torch.tensor([0, 1, 0, 1, 1])
+    with pytest.raises(ValueError, match="duplicate"):
+        rg.KernelInterpolant(torch.cat([x, x[:1]]), torch.cat([labels, labels[:1]]), 1.0, 2)
+    with pytest.raises(ValueError, match="gamma"):
+        rg.KernelInterpolant(x, labels, 0.0, 2)
+    with pytest.raises(ValueError, match="labels"):
+        rg.KernelInterpolant(x, labels + 1, 1.0, 2)
+
+
+def test_the_nulls_kernel_code_scores_what_the_mechanism_predicts():
+    x = torch.rand(60, 4, generator=gen(83))
+    labels = torch.randint(10, (60,), generator=gen(84))
+    test_x, test_y = (
+        torch.rand(30, 4, generator=gen(85)),
+        torch.randint(10, (30,), generator=gen(86)),
+    )
+    f = rg.KernelInterpolant(x, labels, 1.5, 10)
+    ours = (f(test_x).argmax(1) == test_y).double().mean().item()
+    assert experiment.plain_kernel_accuracy(x, labels, test_x, test_y, 1.5) == pytest.approx(ours)
+
+
+def test_paired_prediction_error_counts_the_discordant_examples():
+    truth = torch.tensor([0, 1, 2, 3])
+    first = torch.tensor([0, 1, 0, 0])  # right on 0, 1
+    second = torch.tensor([0, 0, 2, 3])  # right on 0, 2, 3
+    assert experiment.paired_prediction_error(first, second, truth) == pytest.approx(3**0.5 / 4)
+    assert experiment.paired_prediction_error(first, first, truth) == 0.0
+
+
+def test_the_nulls_sets_draw_their_own_labels_and_pixels():
+    train_x, train_y, test_x, test_y = small_digits()
+    same = experiment.null_set(train_x, train_y, test_x, test_y, seed=0)
+    assert torch.equal(same.train_y, train_y) and torch.equal(same.train_x, train_x)
+    noisy = experiment.null_set(
+        train_x, train_y, test_x, test_y, seed=0, corruption=1.0, num_classes=4
+    )
+    assert (noisy.train_y != train_y).float().mean() > 0.5
+    shared = experiment.null_set(train_x, train_y, test_x, test_y, seed=0, pixels="shared")
+    order = [train_x[0].tolist().index(v) for v in shared.train_x[0].tolist()]
+    assert torch.equal(shared.train_x, train_x[:, order]) and torch.equal(
+        shared.test_x, test_x[:, order]
+    )
+    per_image = experiment.null_set(train_x, train_y, test_x, test_y, seed=0, pixels="per_image")
+    assert torch.allclose(per_image.train_x.sort(1).values, train_x.sort(1).values)
+    assert not torch.equal(per_image.train_x, train_x)
+    x, y = same.epoch()
+    assert x is same.train_x and y is same.train_y

@@ -284,3 +284,60 @@ def conflicting_duplicates(x: torch.Tensor, y: torch.Tensor) -> tuple[int, int] 
         if y[i] != y[j]:
             return i, j
     return None
+
+
+# -- 3. Appealing to linear models: the minimum-norm kernel interpolant (section 5) ---------------
+
+
+def gaussian_kernel(x: torch.Tensor, z: torch.Tensor, gamma: float) -> torch.Tensor:
+    """The Gram matrix (N, M) of the Gaussian kernel between the rows of x (N, D) and z (M, D)."""
+    # k(x, z) = exp(-gamma ||x - z||^2)
+    return torch.exp(-gamma * torch.cdist(x.double(), z.double()).square())
+
+
+class KernelInterpolant:
+    """The minimum-norm interpolant of one-hot labels in the Gaussian kernel's RKHS.
+
+    Of all functions f = (f_1, ..., f_C) of the RKHS that take the labels' one-hot values on the
+    training points, the one of least norm is f_c(x) = sum_i alpha_ic k(x_i, x) with K alpha = Y
+    (K the training points' Gram matrix): the kernel form of the paper's minimum-norm solution
+    of X w = y, reached by gradient descent from zero. It fits every training label exactly,
+    whatever the labels; the class of a point is its largest f_c.
+    """
+
+    def __init__(self, x: torch.Tensor, labels: torch.Tensor, gamma: float, num_classes: int):
+        n = checks.tensor("x", x, "(N, D)", dtype="floating")["N"]
+        checks.tensor("labels", labels, "(N,)", N=n, dtype=torch.int64)
+        self.gamma = checks.number("gamma", gamma, 0.0, low_open=True)
+        self.num_classes = checks.integer("num_classes", num_classes, 2)
+        if n and not (0 <= labels.min() and labels.max() < num_classes):
+            raise ValueError(f"labels must lie in [0, {num_classes - 1}]")
+        if len(first_occurrences(x)) != n:
+            raise ValueError("x has duplicate points: their Gram matrix is singular")
+        self.x = x.double()
+        self.K = gaussian_kernel(self.x, self.x, self.gamma)
+        self.Y = torch.nn.functional.one_hot(labels, num_classes).double()
+        self.alpha = interpolate(self.K, self.Y)
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        """f(x) (M, C) at the rows of x (M, D)."""
+        checks.tensor("x", x, "(M, D)", D=self.x.shape[1], dtype="floating")
+        # f_c(x) = sum_i alpha_ic k(x_i, x)
+        return gaussian_kernel(x, self.x, self.gamma) @ self.alpha
+
+    @property
+    def norm(self) -> float:
+        """||f||, the RKHS norm of the interpolant."""
+        return rkhs_norm(self.K, self.alpha)
+
+
+def interpolate(K: torch.Tensor, Y: torch.Tensor) -> torch.Tensor:
+    """The coefficients alpha (N, C) of the minimum-norm interpolant: K alpha = Y."""
+    # alpha = K^{-1} Y (K is positive definite on distinct points)
+    return torch.linalg.solve(K, Y)
+
+
+def rkhs_norm(K: torch.Tensor, alpha: torch.Tensor) -> float:
+    """The RKHS norm of f_c = sum_i alpha_ic k(x_i, .), over the C outputs together."""
+    # ||f||^2 = sum_c alpha_c^T K alpha_c
+    return (alpha * (K @ alpha)).sum().sqrt().item()

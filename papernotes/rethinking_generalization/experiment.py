@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from papernotes import checks, rethinking_generalization, training
@@ -23,8 +24,10 @@ from papernotes.data import minibatches
 # (rethinking_generalization.LABEL_STREAM, INPUT_STREAM); the training batches from BATCHES. The
 # chapter's training digits come from SUBSET; Theorem 1's points, labelling and direction from
 # POINTS, LABELLING and DIRECTION (the ablations reuse DIRECTION, so all get one a), the
-# random-bias ablation's biases from BIASES.
-SUBSET, BATCHES, POINTS, LABELLING, DIRECTION, BIASES = 0, 3, 4, 5, 6, 7
+# random-bias ablation's biases from BIASES; the dropout masks from DROPOUT; the nulls' labels
+# and pixels (`null_set`) from NULL_LABELS and NULL_PIXELS.
+SUBSET, BATCHES, POINTS, LABELLING, DIRECTION, BIASES, DROPOUT = 0, 3, 4, 5, 6, 7, 8
+NULL_LABELS, NULL_PIXELS = 9, 10
 
 
 def distinct_subset(
@@ -83,22 +86,123 @@ class Run(training.Run):
 def network(
     inputs: int, classes: int, *, hidden: int, depth: int, dropout: float = 0.0
 ) -> nn.Sequential:
-    """The ReLU MLP inputs-hidden-...-hidden-classes (`depth` hidden layers); with `dropout`,
-    a Dropout after every hidden layer's ReLU (no weights, so the same draws make the same
+    """The ReLU MLP inputs-hidden-...-hidden-classes (`depth` hidden layers; 0: a linear
+    classifier); with `dropout`, a Dropout after the last hidden layer's ReLU, before the
+    classifier, where Inception has its one (no weights, so the same draws make the same
     initial weights with and without it)."""
     model = training.mlp([inputs] + [hidden] * depth + [classes])
-    if dropout == 0.0:
+    if dropout == 0.0 or depth == 0:
         return model
-    layers: list[nn.Module] = []
-    for layer in model:
-        layers.append(layer)
-        if isinstance(layer, nn.ReLU):
-            layers.append(nn.Dropout(dropout))
-    return nn.Sequential(*layers)
+    layers = list(model)
+    return nn.Sequential(*layers[:-1], nn.Dropout(dropout), layers[-1])
 
 
-def randomization_test(
-    data: rethinking_generalization.RandomizedDigits,
+@dataclass(frozen=True)
+class FixedSet:
+    """A training set and a test set as given, served every epoch: the data of the nulls' runs,
+    built by `null_set` with the experiment's own code, out of the mechanism's reach (and its
+    mutants')."""
+
+    train_x: torch.Tensor
+    train_y: torch.Tensor
+    test_x: torch.Tensor
+    test_y: torch.Tensor
+    num_classes: int = 10
+
+    def epoch(self) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.train_x, self.train_y
+
+
+def null_set(
+    train_x: torch.Tensor,
+    train_y: torch.Tensor,
+    test_x: torch.Tensor,
+    test_y: torch.Tensor,
+    *,
+    seed: int,
+    corruption: float = 0.0,
+    pixels: str | None = None,
+    num_classes: int = 10,
+) -> FixedSet:
+    """A null's data, drawn once from streams of its own: each training label replaced, with
+    probability `corruption`, by a class drawn uniformly; `pixels` "shared" (one permutation
+    of the pixels for every image, test images too) or "per_image" (a permutation of its own for
+    each image). The same recipes as the mechanism's randomizations, written again."""
+    n = checks.tensor("train_x", train_x, "(N, D)", dtype="floating")["N"]
+    checks.number("corruption", corruption, 0.0, 1.0)
+    if pixels is not None:
+        checks.one_of("pixels", pixels, ("shared", "per_image"))
+    labels = training.generator(seed, NULL_LABELS)
+    replace = torch.rand(n, generator=labels) < corruption
+    train_y = torch.where(replace, torch.randint(num_classes, (n,), generator=labels), train_y)
+    both = torch.cat([train_x, test_x])
+    draws = training.generator(seed, NULL_PIXELS)
+    if pixels == "shared":
+        both = both[:, torch.randperm(both.shape[1], generator=draws)]
+    elif pixels == "per_image":
+        both = both.gather(1, torch.rand(both.shape, generator=draws).argsort(dim=1))
+    return FixedSet(both[:n], train_y, both[n:], test_y, num_classes)
+
+
+@dataclass(frozen=True)
+class Condition:
+    """One randomization test: its data and its explicit regulariser (none by default):
+    `weight_decay` adds (weight_decay / 2) ||theta||^2 to the loss, all parameters (what Adam's
+    coupled weight_decay does), `dropout` drops each hidden unit with that probability during
+    training."""
+
+    data: rethinking_generalization.RandomizedDigits | FixedSet
+    weight_decay: float = 0.0
+    dropout: float = 0.0
+
+
+class SideBySide(nn.Module):
+    """G copies of one MLP, trained at once on G conditions: layer l holds weights (G, in, out)
+    and biases (G, out), every copy starting from the template's weights, and member g sees only
+    its own inputs. Copies share nothing but the update's batch indices: Adam is elementwise, so
+    each copy's updates are those of its own run. Dropout of the last hidden layer, at each copy's
+    own rate, draws its masks from `masks` (a generator); a rate of 0 leaves a copy untouched."""
+
+    def __init__(self, template: nn.Sequential, rates: torch.Tensor):
+        super().__init__()
+        linears = [m for m in template if isinstance(m, nn.Linear)]
+        g = len(rates)
+        self.weights = nn.ParameterList(
+            nn.Parameter(m.weight.detach().T.expand(g, -1, -1).clone()) for m in linears
+        )
+        self.biases = nn.ParameterList(
+            nn.Parameter(m.bias.detach().expand(g, -1).clone()) for m in linears
+        )
+        self.register_buffer("keep", 1.0 - rates.float())
+
+    def forward(self, x: torch.Tensor, masks: torch.Generator | None = None) -> torch.Tensor:
+        """x (G, B, D) -> logits (G, B, C)."""
+        last = len(self.weights) - 1
+        for i, (w, b) in enumerate(zip(self.weights, self.biases, strict=True)):
+            x = torch.baddbmm(b.unsqueeze(1), x, w)
+            if i < last:
+                x = torch.relu(x)
+            if i == last - 1 and self.training:  # dropout before the classifier
+                keep = self.keep.view(-1, 1, 1)
+                x = x * (torch.rand(x.shape, generator=masks) < keep) / keep
+        return x
+
+    def member(self, g: int, dropout: float) -> nn.Sequential:
+        """Copy g as a plain MLP (`network`), with its trained weights."""
+        widths = [self.weights[0].shape[1]] + [w.shape[2] for w in self.weights]
+        model = network(
+            widths[0], widths[-1], hidden=widths[1], depth=len(widths) - 2, dropout=dropout
+        )
+        linears = [m for m in model if isinstance(m, nn.Linear)]
+        with torch.no_grad():
+            for m, w, b in zip(linears, self.weights, self.biases, strict=True):
+                m.weight.copy_(w[g].T)
+                m.bias.copy_(b[g])
+        return model.eval()
+
+
+def randomization_tests(
+    conditions: dict[str, Condition],
     *,
     seed: int = 0,
     epochs: int = 100,
@@ -106,62 +210,116 @@ def randomization_test(
     batch_size: int = 100,
     hidden: int = 512,
     depth: int = 2,
-    weight_decay: float = 0.0,
-    dropout: float = 0.0,
-) -> Run:
-    """Train a ReLU network (`depth` hidden layers of `hidden` units, no normalisation) with
-    Adam on `data` for exactly `epochs` epochs, measuring after every epoch; record the first
-    epoch of 100% training accuracy. By default there is no explicit regulariser; `weight_decay`
-    adds (weight_decay / 2) * ||theta||^2 to the loss (Adam's weight_decay, all parameters) and
-    `dropout` drops each hidden unit with that probability during training.
+    val: tuple[torch.Tensor, torch.Tensor] | None = None,
+) -> dict[str, Run]:
+    """Train one ReLU network (`depth` hidden layers of `hidden` units, no normalisation) per
+    condition with Adam for exactly `epochs` epochs, measuring after every epoch; record the
+    first epoch of 100% training accuracy.
 
-    The seed fixes the initial weights and the order of the batches, so two conditions with one
-    seed differ only in their data (and their regulariser).
+    Every condition starts from the same initial weights (the seed's) and sees the same batch
+    order, so two conditions differ only in their data and their regulariser. The networks
+    train side by side (`SideBySide`), which gives each the updates of its own run and costs
+    about one run. After every epoch each network's training accuracy (on its whole training
+    set, dropout off), test accuracy and, with `val` (images, labels), validation accuracy and
+    cross-entropy are logged; each Run's model is its network as a plain MLP.
     """
-    if not isinstance(data, rethinking_generalization.RandomizedDigits):
-        raise TypeError(f"data must be a RandomizedDigits; got {type(data).__name__}")
+    if not conditions:
+        raise ValueError("conditions must name at least one condition")
+    for name, condition in conditions.items():
+        if not isinstance(condition, Condition):
+            raise TypeError(f"condition {name!r} must be a Condition; got {type(condition)}")
+        if not isinstance(condition.data, (rethinking_generalization.RandomizedDigits, FixedSet)):
+            raise TypeError(f"data must be a RandomizedDigits; got {type(condition.data).__name__}")
+        checks.number("weight_decay", condition.weight_decay, 0.0)
+        checks.number("dropout", condition.dropout, 0.0, 1.0, high_open=True)
     checks.integer("seed", seed, 0)
     epochs = checks.integer("epochs", epochs)
     checks.number("lr", lr, 0.0, low_open=True)
     batch_size = checks.integer("batch_size", batch_size)
-    n = len(data.train_x)
+    hidden = checks.integer("hidden", hidden)
+    depth = checks.integer("depth", depth, 0)
+    names, chosen = list(conditions), list(conditions.values())
+    first = chosen[0].data
+    n, d = first.train_x.shape
+    for c in chosen:
+        if c.data.train_x.shape != (n, d) or c.data.num_classes != first.num_classes:
+            raise ValueError("every condition must have training sets of one shape and classes")
     if batch_size > n:
         raise ValueError(f"batch_size must be at most the {n} training examples; got {batch_size}")
-    hidden = checks.integer("hidden", hidden)
-    depth = checks.integer("depth", depth)
-    weight_decay = checks.number("weight_decay", weight_decay, 0.0)
-    dropout = checks.number("dropout", dropout, 0.0, 1.0, high_open=True)
     with training.seeded(seed):
-        model = network(
-            data.train_x.shape[1], data.num_classes, hidden=hidden, depth=depth, dropout=dropout
-        )
-    optimizer = torch.optim.Adam(model.parameters(), lr=lr, weight_decay=weight_decay)
+        template = network(d, first.num_classes, hidden=hidden, depth=depth)
+    rates = torch.tensor([c.dropout for c in chosen])
+    decay = torch.tensor([c.weight_decay for c in chosen]).view(-1, 1, 1)
+    model = SideBySide(template, rates)
+    optimizer = torch.optim.Adam(model.parameters(), lr=lr)
     batches = minibatches(n, batch_size, training.generator(seed, BATCHES))
+    masks = training.generator(seed, DROPOUT)
     updates_per_epoch = n // batch_size  # an epoch is N / B updates of B examples
-    history, epochs_to_fit = training.History(), None
+    test_x = torch.stack([c.data.test_x for c in chosen])
+    test_y = torch.stack([c.data.test_y for c in chosen])
+    histories = [training.History() for _ in chosen]
+    fitted: list[int | None] = [None] * len(chosen)
     for epoch in range(1, epochs + 1):
-        x, y = data.epoch()  # the set drawn at construction, the same every epoch
+        # each set as drawn at construction, the same every epoch
+        xs, ys = zip(*(c.data.epoch() for c in chosen), strict=True)
+        x, y = torch.stack(xs), torch.stack(ys)
 
-        def evaluate(x=x, y=y):
-            return {
-                "train_accuracy": training.accuracy(model(x), y),
-                "test_accuracy": training.accuracy(model(data.test_x), data.test_y),
+        def loss_of_update(_, x=x, y=y):
+            index = next(batches)
+            logits = model(x[:, index], masks)
+            # every network's mean cross-entropy, summed: each gets its own run's gradient
+            loss = F.cross_entropy(logits.flatten(0, 1), y[:, index].flatten(), reduction="none")
+            loss = loss.view(len(chosen), -1).mean(1).sum()
+            # + (lambda_g / 2) ||theta_g||^2 for each network g
+            for p in model.parameters():
+                loss = loss + (decay.view(-1, *[1] * (p.dim() - 1)) / 2 * p.square()).sum()
+            return loss
+
+        training.train(model, optimizer, loss_of_update, updates_per_epoch, desc=f"epoch {epoch}")
+        with training.evaluating(model):
+            train_right = (model(x).argmax(-1) == y).float().mean(1)
+            test_right = (model(test_x).argmax(-1) == test_y).float().mean(1)
+            if val is not None:
+                val_logits = model(val[0].expand(len(chosen), -1, -1))
+                val_right = (val_logits.argmax(-1) == val[1]).float().mean(1)
+                val_loss = F.cross_entropy(
+                    val_logits.flatten(0, 1), val[1].repeat(len(chosen)), reduction="none"
+                )
+                val_loss = val_loss.view(len(chosen), -1).mean(1)
+        for g, history in enumerate(histories):
+            metrics = {
+                "train_accuracy": train_right[g].item(),
+                "test_accuracy": test_right[g].item(),
             }
+            if val is not None:
+                metrics["val_accuracy"] = val_right[g].item()
+                metrics["val_loss"] = val_loss[g].item()
+            history.log(epoch * updates_per_epoch, metrics)
+            if fitted[g] is None and metrics["train_accuracy"] == 1.0:
+                fitted[g] = epoch
+    return {
+        name: Run(model.member(g, c.dropout), histories[g], c.data, updates_per_epoch, fitted[g])
+        for g, (name, c) in enumerate(zip(names, chosen, strict=True))
+    }
 
-        one = training.train_classifier(
-            model,
-            y,
-            optimizer,
-            updates_per_epoch,
-            batches=batches,
-            logits_of=lambda index, x=x: model(x[index]),
-            evaluate=evaluate,
-            desc=f"epoch {epoch}",
-        )
-        history.log(epoch * updates_per_epoch, {k: v[-1] for k, v in one.metrics.items()})
-        if epochs_to_fit is None and history.final("train_accuracy") == 1.0:
-            epochs_to_fit = epoch
-    return Run(model, history, data, updates_per_epoch, epochs_to_fit)
+
+def randomization_test(
+    data: rethinking_generalization.RandomizedDigits,
+    *,
+    weight_decay: float = 0.0,
+    dropout: float = 0.0,
+    **settings,
+) -> Run:
+    """One condition's randomization test (`randomization_tests` with a single condition)."""
+    if not isinstance(data, rethinking_generalization.RandomizedDigits):
+        raise TypeError(f"data must be a RandomizedDigits; got {type(data).__name__}")
+    condition = Condition(data, weight_decay=weight_decay, dropout=dropout)
+    return randomization_tests({"run": condition}, **settings)["run"]
+
+
+def weight_norm(run: Run) -> float:
+    """||theta||, every parameter of the run's network."""
+    return sum(p.detach().double().square().sum() for p in run.model.parameters()).sqrt().item()
 
 
 def capped_epochs(run: Run) -> int:
@@ -223,9 +381,12 @@ def least_squares_network(
     checks.tensor("x", x, "(n, d)", dtype="floating")
     x, y = x.double(), y.double()
     a = rethinking_generalization.projection_direction(x, generator)
-    z, y = rethinking_generalization.sort_by_projection(x @ a, y)
+    # the sort and the hidden units written again here, so that the ablation (the Theorem 1
+    # row's null) keeps its value whatever a mutant of the construction breaks
+    order = (x @ a).argsort()
+    z, y = (x @ a)[order], y[order]
     b = biases(z)
-    A = rethinking_generalization.hidden_units(z, b)
+    A = torch.relu(z[:, None] - b[None, :])
     w = torch.linalg.lstsq(A, y[:, None], driver="gelsd").solution[:, 0]
     return rethinking_generalization.TwoLayerReLU(a, b, w)
 
@@ -247,3 +408,36 @@ def rank_of_A(network: rethinking_generalization.TwoLayerReLU, x: torch.Tensor) 
     return torch.linalg.matrix_rank(
         rethinking_generalization.hidden_units(z, network.b.detach())
     ).item()
+
+
+# -- section 5: the kernel interpolant's null, and paired comparisons of predictions ------------
+
+
+def plain_kernel_accuracy(
+    x: torch.Tensor, labels: torch.Tensor, test_x: torch.Tensor, test_y: torch.Tensor, gamma: float
+) -> float:
+    """Test accuracy of the minimum-norm Gaussian-kernel interpolant of `labels`, computed by
+    the experiment's own code (the nulls' route, out of the mechanism's reach)."""
+    x, test_x = x.double(), test_x.double()
+    K = torch.exp(-gamma * torch.cdist(x, x).square())
+    Y = torch.nn.functional.one_hot(labels, 10).double()
+    alpha = torch.linalg.solve(K, Y)
+    scores = torch.exp(-gamma * torch.cdist(test_x, x).square()) @ alpha
+    return (scores.argmax(1) == test_y).double().mean().item()
+
+
+def paired_prediction_error(first: torch.Tensor, second: torch.Tensor, truth: torch.Tensor):
+    """The standard error of the difference of two classifiers' accuracies from their
+    predictions (N,) on the same N examples: sqrt(b + c) / N, b and c the examples only one of
+    them gets right."""
+    n = checks.tensor("truth", truth, "(N,)")["N"]
+    checks.tensor("first", first, "(N,)", N=n)
+    checks.tensor("second", second, "(N,)", N=n)
+    discordant = ((first == truth) != (second == truth)).sum().item()
+    return discordant**0.5 / n
+
+
+def predictions(run: Run) -> torch.Tensor:
+    """The run's network's classes for its test set."""
+    with training.evaluating(run.model):
+        return run.model(run.data.test_x).argmax(-1)

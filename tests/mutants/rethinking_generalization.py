@@ -58,6 +58,26 @@ def labels_left_behind_by_the_sort():
     m.sort_by_projection = sort_by_projection
 
 
+def interpolant_without_solving():
+    """The kernel interpolant takes alpha = Y (a kernel sum of the labels) instead of solving
+    K alpha = Y: it no longer fits its labels."""
+    m.interpolate = lambda K, Y: Y.clone()
+
+
+def weight_decay_never_applied():
+    """Every condition trains without its weight decay, whatever it asks for."""
+    tests = experiment.randomization_tests
+
+    def without_decay(conditions, **settings):
+        conditions = {
+            name: experiment.Condition(c.data, weight_decay=0.0, dropout=c.dropout)
+            for name, c in conditions.items()
+        }
+        return tests(conditions, **settings)
+
+    experiment.randomization_tests = without_decay
+
+
 MUTANTS = [
     labels_redrawn_every_epoch,
     half_the_asked_corruption,
@@ -65,4 +85,6 @@ MUTANTS = [
     shuffled_pixels_permuted_per_image,
     biases_not_interleaved,
     labels_left_behind_by_the_sort,
+    interpolant_without_solving,
+    weight_decay_never_applied,
 ]
