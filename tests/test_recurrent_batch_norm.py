@@ -288,7 +288,7 @@ def test_initialisation_follows_the_papers_code():
 
 def test_the_lstm_baseline_is_the_same_lstm_without_bn():
     with seeded(3):
-        baseline = rbn.LSTM(3, 4).double()
+        baseline = experiment.LSTM(3, 4).double()
     lstm = baseline.lstm
     x = randn(6, 5, 3, seed=28)
     h, c = randn(6, 4, seed=29, scale=0.1), randn(6, 4, seed=30)
@@ -465,14 +465,21 @@ def test_training_learns_a_task_that_needs_memory(make):
     val = tiny_task(seed=39)
     kwargs = {"max_steps": 6} if make is experiment.bn_lstm_classifier else {}
     model = make(8, seed=1, **kwargs)
-    history = experiment.train_classifier(
+    run = experiment.train_classifier(
         model, x, y, {"val": val}, steps=120, batch_size=32, eval_every=40, population_size=64
     )
-    assert isinstance(history, History) and not history.diverged
+    history = run.history
+    assert isinstance(history, History) and not history.diverged and run.model is model
     assert history.steps == [40, 80, 120]
-    assert set(history.metrics) == {"loss", "val_accuracy"}
+    assert set(history.metrics) == {"loss", "val_accuracy", "val_loss"}
     assert history.final("val_accuracy") > 0.8  # chance is 0.5
     assert not model.training  # returned ready to be measured
+    # which sequences each evaluation got right, one row per evaluation
+    assert run.correct["val"].shape == (3, 256) and run.correct["val"].dtype == torch.bool
+    assert run.correct["val"][-1].double().mean().item() == pytest.approx(
+        history.final("val_accuracy")
+    )
+    assert run.mean_correct("val").mean().item() == pytest.approx(history.mean("val_accuracy"))
 
 
 def test_a_run_follows_its_seed():
@@ -480,10 +487,10 @@ def test_a_run_follows_its_seed():
 
     def run(seed):
         model = experiment.bn_lstm_classifier(4, 4, seed=seed)
-        history = experiment.train_classifier(
+        run = experiment.train_classifier(
             model, x, y, {"val": (x, y)}, steps=6, batch_size=16, eval_every=3, seed=seed
         )
-        return history["loss"]
+        return run.history["loss"]
 
     assert run(0) == run(0)
     assert run(0) != run(1)
@@ -555,11 +562,13 @@ def test_averaged_from_replaces_later_steps_by_the_mean_of_the_earlier_ones():
 def test_shared_by_every_step_gives_every_step_the_average_over_steps():
     model = classifier_with_distinct_statistics()
     shared = experiment.shared_by_every_step(model)
-    for name in ("bn_x", *experiment.RECURRENT):
+    for name in experiment.RECURRENT:
         bn = getattr(shared.rnn, name)
         assert torch.allclose(bn.running_mean, torch.full_like(bn.running_mean, 2.5))  # 0..5
         assert torch.allclose(bn.running_var, torch.full_like(bn.running_var, 3.5))  # 1..6
-    assert model.rnn.bn_x.running_mean[0, 0] == 0.0  # a copy: the model is untouched
+    assert model.rnn.bn_h.running_mean[0, 0] == 0.0  # a copy: the model is untouched
+    # By default the input term keeps its own statistics per step (they never settle on pixels).
+    assert torch.equal(shared.rnn.bn_x.running_mean, model.rnn.bn_x.running_mean)
     only_cell = experiment.shared_by_every_step(model, ("bn_c",))
     assert torch.equal(only_cell.rnn.bn_h.running_mean, model.rnn.bn_h.running_mean)
 
@@ -595,7 +604,7 @@ def test_bad_sequences_and_states_are_rejected():
     with pytest.raises(ValueError, match=r"x must have shape \(B, T, D\) with D = 3"):
         model(torch.zeros(4, 5, 2, dtype=torch.float64))
     with pytest.raises(TypeError, match="floating-point"):
-        rbn.LSTM(3, 4)(torch.zeros(2, 3, 3, dtype=torch.long))
+        experiment.LSTM(3, 4)(torch.zeros(2, 3, 3, dtype=torch.long))
     with pytest.raises(ValueError, match=r"state h must have shape \(B, H\)"):
         model(randn(3, 2, 3, seed=40), (torch.zeros(3, 5).double(), torch.zeros(3, 4).double()))
     with pytest.raises(ValueError, match="at least 2 examples"):
@@ -618,3 +627,199 @@ def test_other_entry_points_reject_bad_arguments():
         experiment.train_classifier(
             experiment.lstm_classifier(4), x, y, {}, steps=1, batch_size=4, lr=0.0
         )
+
+
+# -- the nulls, written apart from the mechanism --------------------------------------------------
+
+
+def copy_weights(mechanism: rbn.BNLSTM, apart: experiment.BNLSTMWrittenApart) -> None:
+    with torch.no_grad():
+        apart.weight_x.copy_(mechanism.weight_x)
+        apart.weight_h.copy_(mechanism.weight_h)
+        apart.bias.copy_(mechanism.bias)
+        apart.gamma_x.copy_(mechanism.bn_x.gamma)
+        apart.gamma_h.copy_(mechanism.bn_h.gamma)
+        apart.gamma_c.copy_(mechanism.bn_c.gamma)
+        apart.beta_c.copy_(mechanism.bn_c.beta)
+
+
+def test_the_nulls_start_from_the_bn_lstms_initial_weights():
+    bn = experiment.bn_lstm_classifier(4, 5, 0.3, input_size=2, seed=3)
+    apart = experiment.bn_lstm_written_apart_classifier(4, 5, 0.3, input_size=2, seed=3)
+    only_input = experiment.input_bn_lstm_classifier(4, 5, 0.3, input_size=2, seed=3)
+    plain = experiment.lstm_classifier(4, input_size=2, seed=3)
+    assert torch.equal(apart.rnn.weight_x, bn.rnn.weight_x)
+    assert torch.equal(apart.rnn.weight_h, bn.rnn.weight_h)
+    assert torch.equal(apart.rnn.bias, bn.rnn.bias)
+    assert torch.equal(only_input.rnn.weight_x, experiment.torch_gate_order(bn.rnn.weight_x))
+    assert torch.equal(
+        plain.rnn.lstm.weight_hh_l0, experiment.torch_gate_order(bn.rnn.weight_h).T.contiguous()
+    )
+    for null in (apart, only_input, plain):  # torch's own LSTM draws leave the read-out alone
+        assert torch.equal(null.readout.weight, bn.readout.weight)
+    # the gammas start where gamma_init says
+    assert torch.equal(only_input.rnn.gamma_x, torch.full((16,), 0.3))
+    assert torch.equal(apart.rnn.gamma_c, torch.full((4,), 0.3))
+
+
+def test_the_bn_lstm_written_apart_is_the_mechanisms_bn_lstm():
+    mechanism = bn_lstm(input_size=2, hidden_size=4, max_steps=5)
+    with seeded(0):
+        apart = experiment.BNLSTMWrittenApart(2, 4, 5).double()
+    copy_weights(mechanism, apart)
+    x = randn(7, 5, 2, seed=50)
+    state = (randn(7, 4, seed=51, scale=0.1), torch.zeros(7, 4, dtype=torch.float64))
+    outputs, (h, c) = mechanism(x, state)
+    apart_outputs, (apart_h, apart_c) = apart(x, state)
+    assert torch.allclose(outputs, apart_outputs, atol=1e-12)
+    assert torch.allclose(c, apart_c, atol=1e-12)
+    # the same population statistics, and the same evaluation, past max_steps too
+    rbn.estimate_population_statistics(mechanism, x, state)
+    apart.estimate_population_statistics(x, state)
+    assert torch.allclose(apart.mean_h, mechanism.bn_h.running_mean, atol=1e-12)
+    assert torch.allclose(apart.var_c, mechanism.bn_c.running_var, atol=1e-12)
+    mechanism.eval(), apart.eval()
+    longer = randn(3, 8, 2, seed=52)
+    assert torch.allclose(mechanism(longer)[0], apart(longer)[0], atol=1e-12)
+    assert apart.training is False  # the estimate restores the mode
+
+
+def test_input_only_bn_is_the_bn_lstm_without_its_recurrent_and_cell_bns():
+    class Identity(torch.nn.Module):
+        def forward(self, z, t):
+            return z
+
+    ablated = experiment.bn_lstm_classifier(4, 5, 0.3, seed=3).double()
+    ablated.rnn.bn_h, ablated.rnn.bn_c = Identity(), Identity()
+    only_input = experiment.input_bn_lstm_classifier(4, 5, 0.3, seed=3).double()
+    x = torch.rand(9, 5, 1, generator=gen(53)).double()
+    state = (randn(9, 4, seed=54, scale=0.1), torch.zeros(9, 4, dtype=torch.float64))
+    assert torch.allclose(ablated(x, state), only_input(x, state), atol=1e-12)
+    rbn.estimate_population_statistics(ablated, x, state)
+    experiment.set_population_statistics(only_input, x, state)
+    ablated.eval(), only_input.eval()
+    longer = torch.rand(4, 7, 1, generator=gen(55)).double()  # past max_steps: the last row
+    assert torch.allclose(ablated(longer), only_input(longer), atol=1e-12)
+    # what it trains: W_x, gamma_x, b and W_h; torch's input weights stay the identity
+    trainable = {n for n, p in only_input.rnn.named_parameters() if p.requires_grad}
+    assert trainable == {"weight_x", "gamma_x", "bias", "lstm.weight_hh_l0"}
+
+
+def test_the_tanh_rnn_written_apart_measures_the_same_gradient_flow():
+    x, labels = torch.rand(8, 6, 1, generator=gen(56)), torch.arange(8) % 3
+    kwargs = {"hidden_size": 5, "n_classes": 3, "seed": 4}
+    ours = experiment.gradient_norms_through_time(x, labels, 0.7, **kwargs)
+    apart = experiment.gradient_norms_through_time(x, labels, 0.7, written_apart=True, **kwargs)
+    assert torch.allclose(ours, apart, rtol=1e-10)
+
+
+def test_bn_lstm_gradient_norms_are_those_of_autograd():
+    x, labels = torch.rand(6, 5, 1, generator=gen(57)), torch.arange(6) % 3
+    norms = experiment.bn_lstm_gradient_norms(x, labels, 0.4, hidden_size=4, seed=7)
+    assert norms.shape == (6,)
+    # dL/dh_0 and dL/dh_T by hand: h_0 as a leaf, h_T as the read-out's input
+    model = experiment.bn_lstm_classifier(4, 5, 0.4, seed=7).double().train()
+    h0 = 0.1 * torch.randn(6, 4, dtype=torch.float64, generator=generator(7))
+    h0.requires_grad_(True)
+    _, (h, _) = model.rnn(x.double(), (h0, torch.zeros_like(h0)))
+    h.retain_grad()
+    F.cross_entropy(model.readout(h), labels).backward()
+    assert norms[0].item() == pytest.approx(h0.grad.norm(dim=1).mean().item(), rel=1e-10)
+    assert norms[-1].item() == pytest.approx(h.grad.norm(dim=1).mean().item(), rel=1e-10)
+    # and a middle state, by the same rule: h_2 from a run of the first two steps
+    model.zero_grad()
+    _, (h2, c2) = model.rnn(x.double()[:, :2], (h0.detach(), torch.zeros_like(h0)))
+    h2, c2 = h2.detach().requires_grad_(True), c2.detach()
+    _, (h, _) = model.rnn(x.double()[:, 2:], (h2, c2))  # training mode: batch statistics
+    F.cross_entropy(model.readout(h), labels).backward()
+    assert norms[2].item() == pytest.approx(h2.grad.norm(dim=1).mean().item(), rel=1e-10)
+
+
+def test_step_factors_of_a_small_gamma_are_close_to_one():
+    from papernotes.data import load_digits_split
+
+    digits = load_digits_split()
+    x = experiment.pixel_sequences(digits.train_x[:64])
+    small, large = experiment.step_factors(x, 0.01), experiment.step_factors(x, 1.0)
+    assert small["linear"] == 1.0 and small["tanh"] > 0.999
+    assert large["linear"] < 0.1 and large["tanh"] < small["tanh"]
+    assert large["bn_gain"] > 1.0  # BN stretches a squashed state back
+
+
+def test_sequence_drift_is_the_drift_of_the_datas_own_statistics():
+    x = randn(40, 5, 2, seed=58, scale=2.0, shift=1.0)
+    bn = rbn.StepwiseBatchNorm(2, 5).double()
+    with torch.no_grad():
+        bn.running_mean.copy_(x.mean(0))
+        bn.running_var.copy_(x.var(0))
+    assert torch.allclose(experiment.sequence_drift(x), experiment.statistics_drift(bn))
+    constant = torch.ones(10, 4, 1).double() + torch.arange(10.0)[:, None, None]
+    assert torch.allclose(experiment.sequence_drift(constant), torch.zeros(3, dtype=torch.float64))
+
+
+def test_paired_standard_error():
+    a, b = torch.tensor([1.0, 0.0, 1.0, 1.0]), torch.tensor([0.0, 0.0, 1.0, 0.0])
+    assert experiment.paired_standard_error(a, b) == pytest.approx((a - b).std().item() / 2)
+    assert experiment.paired_standard_error(a, a) == 0.0
+    with pytest.raises(ValueError, match="b must have shape"):
+        experiment.paired_standard_error(a, b[:3])
+
+
+class FakeRun:
+    def __init__(self, score):
+        self.history = History()
+        self.history.log(1, {"val_accuracy": score})
+
+
+def test_tune_learning_rate_widens_the_grid_until_every_tuned_choice_is_inside():
+    peaks = {"a": 0.3, "b": 0.01, "noise": 1.0}  # each arm's best rate
+    trained = []
+
+    def train(make, lr):
+        name = make()
+        trained.append((name, lr))
+        return FakeRun(-abs(math.log10(lr) - math.log10(peaks[name])))
+
+    arms = {name: (lambda n=name: n) for name in peaks}
+    grid, runs = experiment.tune_learning_rate(
+        train, arms, (0.03, 0.1), tuned=["a", "b"], max_values=6
+    )
+    # a's best, 0.3, needs 1.0 beyond it; b's, 0.01, needs 0.003 below it
+    assert grid == [0.003, 0.01, 0.03, 0.1, 0.3, 1.0]
+    for name in arms:  # every arm, the untuned one too, at every rate of the final grid
+        assert sorted(runs[name]) == grid
+    assert len(trained) == len(set(trained)) == 3 * 6  # no rate trained twice
+    assert experiment.best_learning_rate(runs["a"]) == 0.3
+    assert list(experiment.validation_scores(runs["b"])) == grid
+    # the untuned arm's edge choice widens nothing
+    grid, _ = experiment.tune_learning_rate(train, {"noise": arms["noise"]}, (0.03, 0.1), tuned=[])
+    assert grid == [0.03, 0.1]
+    # and the grid stops at max_values
+    grid, _ = experiment.tune_learning_rate(train, {"b": arms["b"]}, (0.1, 0.3), max_values=3)
+    assert grid == [0.03, 0.1, 0.3]
+    with pytest.raises(ValueError, match="tuned arm 'c'"):
+        experiment.tune_learning_rate(train, arms, (0.1,), tuned=["c"])
+
+
+def test_set_population_statistics_goes_to_each_models_own_estimate():
+    x = torch.rand(12, 4, 1, generator=gen(59))
+    state = rbn.initial_state(12, 3, 0.1, gen(60))
+    for make in (experiment.bn_lstm_classifier, experiment.input_bn_lstm_classifier):
+        model = make(3, 4, seed=1)
+        experiment.set_population_statistics(model, x, state)
+        means = (
+            model.rnn.bn_x.running_mean
+            if make is experiment.bn_lstm_classifier
+            else model.rnn.population_mean
+        )
+        assert means.abs().sum() > 0
+    experiment.set_population_statistics(experiment.lstm_classifier(3), x, state)  # nothing to set
+
+
+def test_the_nulls_reject_bad_input():
+    with pytest.raises(ValueError, match="longer than max_steps"):
+        experiment.input_bn_lstm_classifier(3, 4).train()(torch.rand(5, 6, 1))
+    with pytest.raises(ValueError, match="at least 2 examples"):
+        experiment.bn_lstm_written_apart_classifier(3, 4).train()(torch.rand(1, 3, 1))
+    with pytest.raises(ValueError, match="gamma_init"):
+        experiment.InputNormalizedLSTM(1, 3, 4, gamma_init=0.0)

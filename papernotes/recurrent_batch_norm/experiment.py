@@ -1,16 +1,20 @@
 """The chapter's experiment (chapters/recurrent_batch_norm.ipynb): the gradient flow through a
-batch-normalized tanh RNN (the paper's Figure 1), sequential and permuted digits read one pixel
-per step, the classifiers and their training run, and the measurements and ablations of the
-per-step statistics.
+batch-normalized tanh RNN (the paper's Figure 1) and through the BN-LSTM, sequential and
+permuted digits read one pixel per step, the classifiers and their training run, the nulls, and
+the measurements and ablations of the per-step statistics.
 
 The BN-LSTM and its statistics are the mechanism's (`papernotes.recurrent_batch_norm`), looked
-up at call time so that a broken variant patched into that module is the one these run.
+up at call time so that a broken variant patched into that module is the one these run. The
+nulls (the LSTM, the LSTM with BN on its input term only, and the BN-LSTM and the Figure-1
+network written a second time for the runs that set gamma at 1) are code of their own, which a
+broken mechanism cannot reach.
 """
 
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -36,7 +40,7 @@ def tanh_derivative_statistics(
 ) -> tuple[float, float, float]:
     """For z ~ N(0, std^2): the mean, 25th and 75th percentiles of tanh'(z) = 1 - tanh(z)^2.
 
-    The paper's Figure 1a: the wider the pre-activation, the more often the tanh saturates and
+    The paper's Figure 1(b): the wider the pre-activation, the more often the tanh saturates and
     the smaller its expected derivative, the factor by which it passes a gradient back.
     """
     std = checks.number("std", std, 0.0)
@@ -54,19 +58,23 @@ def gradient_norms_through_time(
     h0_noise: float = 0.1,
     n_classes: int = 10,
     seed: int = 0,
+    *,
+    written_apart: bool = False,
 ) -> torch.Tensor:
     """||dL/dh_t|| for t = 0..T in a freshly initialised BNTanhRNN, in float64: shape (T + 1,).
 
     x (B, T, D). L is the mean cross-entropy of an orthogonally initialised linear read-out of
     h_T; the norm is taken per example and averaged over the batch (as the authors' plotting
     code does). h_0 is `h0_noise` times standard normal noise, the paper's fix for zero-variance
-    first steps. The weights and the noise follow `seed`.
+    first steps. The weights and the noise follow `seed`. `written_apart` measures the same
+    network written apart from the mechanism (`TanhRNNWrittenApart`, for the nulls).
     """
     batch = checks.tensor("x", x, "(B, T, D)", dtype="floating")["B"]
     checks.tensor("labels", labels, "(B,)", B=batch)
     h0_noise = checks.number("h0_noise", h0_noise, 0.0)
+    network = TanhRNNWrittenApart if written_apart else rbn.BNTanhRNN
     with training.seeded(seed):
-        model = rbn.BNTanhRNN(x.shape[2], hidden_size, gamma).double()
+        model = network(x.shape[2], hidden_size, gamma).double()
         readout = nn.Linear(hidden_size, n_classes).double()
         nn.init.orthogonal_(readout.weight)
         nn.init.zeros_(readout.bias)
@@ -79,6 +87,65 @@ def gradient_norms_through_time(
     return torch.stack([g.norm(dim=1).mean() for g in grads])
 
 
+class TanhRNNWrittenApart(nn.Module):
+    """The Figure-1 network of the mechanism (`BNTanhRNN`) written a second time, with torch's
+    F.batch_norm, for the nulls: h_t = tanh(BN(W_h h_{t-1} + W_x x_t; gamma, 0)), W_h = I, its
+    weights drawn as BNTanhRNN draws them."""
+
+    def __init__(self, input_size: int, hidden_size: int, gamma: float, eps: float = 1e-5):
+        super().__init__()
+        gamma = checks.number("gamma", gamma, 0.0, low_open=True)
+        self.eps = eps
+        self.gamma = nn.Parameter(torch.full((hidden_size,), gamma))
+        self.weight_h = nn.Parameter(torch.eye(hidden_size))
+        self.weight_x = nn.Parameter(nn.init.orthogonal_(torch.empty(input_size, hidden_size)))
+
+    def forward(self, x: torch.Tensor, h0: torch.Tensor) -> list[torch.Tensor]:
+        states = [h0]
+        for x_t in x.unbind(1):
+            z = states[-1] @ self.weight_h + x_t @ self.weight_x
+            z_bn = F.batch_norm(z, None, None, self.gamma, None, True, 0.0, self.eps)
+            states.append(torch.tanh(z_bn))
+        return states
+
+
+def step_factors(
+    x: torch.Tensor, gamma: float, hidden_size: int = 100, h0_noise: float = 0.1, seed: int = 0
+) -> dict[str, float]:
+    """What each step of a freshly initialised BNTanhRNN does to a gradient on its way back, in
+    its two factors (W_h = I): per unit, BN multiplies it by gamma / sigma_t (sigma_t the
+    batch's standard deviation of the pre-activation z_t) and the tanh by tanh'(gamma z_hat).
+
+    Returns, over steps 2..T (step 1 reads h_0's noise) and units, the geometric mean of the BN
+    factor ("bn_gain"), the geometric mean of the tanh factor over examples too ("tanh"), and
+    the share of (example, unit) pairs in the tanh's linear range, tanh' > 0.9 ("linear").
+    The network and h_0 are drawn as in `gradient_norms_through_time` with the same seed.
+    """
+    batch = checks.tensor("x", x, "(B, T, D)", dtype="floating")["B"]
+    with training.seeded(seed):
+        model = rbn.BNTanhRNN(x.shape[2], hidden_size, gamma).double()
+    h0 = h0_noise * torch.randn(
+        batch, hidden_size, dtype=torch.float64, generator=training.generator(seed)
+    )
+    bn_gain, tanh, linear = [], [], []
+    with torch.no_grad():
+        states = model(x.double(), h0)
+        steps = list(zip(states[:-1], x.double().unbind(1), strict=True))[1:]
+        for h_prev, x_t in steps:
+            z = h_prev @ model.weight_h + x_t @ model.weight_x
+            mean, variance = batch_norm.batch_statistics(z)
+            z_hat = batch_norm.normalize(z, mean, variance, model.eps)
+            derivative = 1 - torch.tanh(model.gamma * z_hat).square()
+            bn_gain.append((model.gamma / (variance + model.eps).sqrt()).log().mean())
+            tanh.append(derivative.log().mean())
+            linear.append((derivative > 0.9).double().mean())
+    return {
+        "bn_gain": torch.stack(bn_gain).mean().exp().item(),
+        "tanh": torch.stack(tanh).mean().exp().item(),
+        "linear": torch.stack(linear).mean().item(),
+    }
+
+
 def gradient_flow_over_draws(
     images: torch.Tensor,
     labels: torch.Tensor,
@@ -89,6 +156,7 @@ def gradient_flow_over_draws(
     steps: int | None = None,
     h0_noise: float = 0.1,
     seed: int = 0,
+    written_apart: bool = False,
 ) -> torch.Tensor:
     """`gradient_norms_through_time` for several draws: shape (draws, T + 1).
 
@@ -97,20 +165,72 @@ def gradient_flow_over_draws(
     noise; the digits and the seeds of the draws follow `seed`, and they are the same for every
     gamma, so that a sweep over gamma compares like with like.
     """
+    return torch.stack(
+        [
+            gradient_norms_through_time(
+                x, y, gamma, h0_noise=h0_noise, seed=draw_seed, written_apart=written_apart
+            )
+            for x, y, draw_seed in flow_draws(images, labels, draws, batch_size, steps, seed)
+        ]
+    )
+
+
+def flow_draws(
+    images: torch.Tensor,
+    labels: torch.Tensor,
+    draws: int = 4,
+    batch_size: int = 128,
+    steps: int | None = None,
+    seed: int = 0,
+) -> list[tuple[torch.Tensor, torch.Tensor, int]]:
+    """The draws of the gradient-flow measurements: for each, `batch_size` digits as pixel
+    sequences (B, T, 1), their labels and the seed of its weights and noise, all following
+    `seed` (stream FLOW_DRAWS)."""
     n = checks.tensor("images", images, "(N, P)", dtype="floating")["N"]
     checks.tensor("labels", labels, "(N,)", N=n)
     draws = checks.integer("draws", draws)
     batch_size = min(checks.integer("batch_size", batch_size), n)
     stream = training.generator(seed, FLOW_DRAWS)
-    norms = []
+    found = []
     for _ in range(draws):
         rows = torch.randperm(n, generator=stream)[:batch_size]
         draw_seed = int(torch.randint(2**31, (1,), generator=stream))
-        x = pixel_sequences(images[rows], steps=steps)
-        norms.append(
-            gradient_norms_through_time(x, labels[rows], gamma, h0_noise=h0_noise, seed=draw_seed)
-        )
-    return torch.stack(norms)
+        found.append((pixel_sequences(images[rows], steps=steps), labels[rows], draw_seed))
+    return found
+
+
+def bn_lstm_gradient_norms(
+    x: torch.Tensor,
+    labels: torch.Tensor,
+    gamma: float,
+    hidden_size: int = 32,
+    h0_noise: float = 0.1,
+    seed: int = 0,
+) -> torch.Tensor:
+    """||dL/dh_t|| for t = 0..T in a freshly initialised BN-LSTM classifier (the mechanism's,
+    training mode, float64): shape (T + 1,), per example and averaged over the batch, L the
+    cross-entropy of its read-out of h_T.
+
+    Measured from outside the mechanism: h_{t-1} enters step t only through the recurrent term
+    z_t = W_h h_{t-1}, so dL/dh_{t-1} = (dL/dz_t) W_h^T, read off a hook on bn_h's input.
+    """
+    batch, steps = checks.tensor("x", x, "(B, T, D)", dtype="floating")["B"], x.shape[1]
+    checks.tensor("labels", labels, "(B,)", B=batch)
+    model = bn_lstm_classifier(hidden_size, steps, gamma, input_size=x.shape[2], seed=seed).double()
+    h0 = checks.number("h0_noise", h0_noise, 0.0) * torch.randn(
+        batch, hidden_size, dtype=torch.float64, generator=training.generator(seed)
+    )
+    recurrent_terms = []
+    hook = model.rnn.bn_h.register_forward_pre_hook(lambda _, args: recurrent_terms.append(args[0]))
+    try:
+        model.train()
+        _, (h, _) = model.rnn(x.double(), (h0, torch.zeros_like(h0)))
+        loss = F.cross_entropy(model.readout(h), labels)
+    finally:
+        hook.remove()
+    *grads, last = torch.autograd.grad(loss, [*recurrent_terms, h])
+    norms = [(g @ model.rnn.weight_h.T).norm(dim=1).mean() for g in grads]
+    return torch.stack([*norms, last.norm(dim=1).mean()]).detach()
 
 
 # -- sequential digits --------------------------------------------------------------------------
@@ -181,7 +301,7 @@ def bn_lstm_classifier(
     input_size: int = 1,
     seed: int = 0,
 ) -> SequenceClassifier:
-    """A sequence classifier on a BN-LSTM, its initial weights drawn from `seed`."""
+    """A sequence classifier on the mechanism's BN-LSTM, its initial weights drawn from `seed`."""
     with training.seeded(seed):
         return SequenceClassifier(rbn.BNLSTM(input_size, hidden_size, max_steps, gamma_init))
 
@@ -189,9 +309,53 @@ def bn_lstm_classifier(
 def lstm_classifier(
     hidden_size: int = 64, *, input_size: int = 1, seed: int = 0
 ) -> SequenceClassifier:
-    """A sequence classifier on the plain LSTM, its initial weights drawn from `seed`."""
+    """A sequence classifier on the plain LSTM (a null), its initial weights drawn from `seed`."""
     with training.seeded(seed):
-        return SequenceClassifier(rbn.LSTM(input_size, hidden_size))
+        return SequenceClassifier(LSTM(input_size, hidden_size))
+
+
+def input_bn_lstm_classifier(
+    hidden_size: int = 64,
+    max_steps: int = 64,
+    gamma_init: float = 0.1,
+    *,
+    input_size: int = 1,
+    seed: int = 0,
+) -> SequenceClassifier:
+    """A sequence classifier on the input-only BN ablation (a null), weights drawn from `seed`."""
+    with training.seeded(seed):
+        return SequenceClassifier(
+            InputNormalizedLSTM(input_size, hidden_size, max_steps, gamma_init)
+        )
+
+
+def bn_lstm_written_apart_classifier(
+    hidden_size: int = 64,
+    max_steps: int = 64,
+    gamma_init: float = 0.1,
+    *,
+    input_size: int = 1,
+    seed: int = 0,
+) -> SequenceClassifier:
+    """A sequence classifier on the BN-LSTM written apart (`BNLSTMWrittenApart`, for nulls), its
+    initial weights drawn from `seed` (the mechanism's BN-LSTM's, at the same seed)."""
+    with training.seeded(seed):
+        rnn = BNLSTMWrittenApart(input_size, hidden_size, max_steps, gamma_init)
+        return SequenceClassifier(rnn)
+
+
+@dataclass
+class SequenceRun(training.Run):
+    """A training run of a sequence classifier: the model, its History, and for each evaluated
+    split a (evaluations, N) boolean tensor of which sequences it classified right at each
+    evaluation (for paired comparisons of two runs on the same sequences)."""
+
+    correct: dict[str, torch.Tensor]
+
+    def mean_correct(self, split: str) -> torch.Tensor:
+        """Per sequence, the fraction of the run's evaluations that classified it right: (N,).
+        Its mean is the split's accuracy averaged over the run."""
+        return self.correct[split].double().mean(dim=0)
 
 
 def train_classifier(
@@ -208,15 +372,16 @@ def train_classifier(
     eval_every: int = 25,
     population_size: int = 256,
     seed: int = 0,
-) -> training.History:
+) -> SequenceRun:
     """Train a classifier on sequences (N, T, D) with the paper's recipe: RMSProp (decay 0.9),
-    gradient norm clipped at `clip`, noise on h_0 while training. Returns the run's History.
+    gradient norm clipped at `clip`, noise on h_0 while training. Returns its SequenceRun.
 
     Every `eval_every` updates and after the last: population statistics from the first
-    `population_size` training sequences (models with StepwiseBatchNorm only), then the accuracy
-    on each of `splits` ({"val": (x, y), ...}), logged as "val_accuracy", .... Minibatches, the
-    h_0 noise and the population-statistics noise are streams of `seed`, so two models trained
-    with one seed see the same minibatches.
+    `population_size` training sequences (models with BN), then the accuracy and the mean
+    cross-entropy on each of `splits` ({"val": (x, y), ...}), logged as "val_accuracy",
+    "val_loss", ..., and which sequences were right. Minibatches, the h_0 noise and the
+    population-statistics noise are streams of `seed`, so two models trained with one seed see
+    the same minibatches.
     """
     if not isinstance(model, SequenceClassifier):
         raise TypeError(f"model must be a SequenceClassifier; got {type(model).__name__}")
@@ -227,21 +392,33 @@ def train_classifier(
     h0_noise = checks.number("h0_noise", h0_noise, 0.0)
     population_size = min(checks.integer("population_size", population_size), n)
     hidden = model.hidden_size
-    normalized = any(isinstance(m, rbn.StepwiseBatchNorm) for m in model.modules())
-    optimizer = torch.optim.RMSprop(model.parameters(), lr=lr, alpha=0.9)
+    optimizer = torch.optim.RMSprop(
+        [p for p in model.parameters() if p.requires_grad], lr=lr, alpha=0.9
+    )
     batches = minibatches(n, batch_size, training.generator(seed, BATCHES))
     noise = training.generator(seed, H0_NOISE)
     population_noise = training.generator(seed, POPULATION_NOISE)
+    correct = {name: [] for name in splits}
+    sizes = [checks.tensor(f"{name} x", x, "(N, T, D)")["N"] for name, (x, _) in splits.items()]
+    # The mechanism's BN-LSTM draws its h_0 with the mechanism's initial_state; the nulls with
+    # their own copy of it (the same draws), out of a broken mechanism's reach.
+    initial_state = rbn.initial_state if _is_mechanism(model) else _noisy_initial_state
 
     def measure() -> dict[str, float]:
-        if normalized:
-            state = rbn.initial_state(population_size, hidden, h0_noise, population_noise)
-            rbn.estimate_population_statistics(model, train_x[:population_size], state)
-        return {
-            f"{name}_accuracy": training.accuracy(model(x), y) for name, (x, y) in splits.items()
-        }
+        state = initial_state(population_size, hidden, h0_noise, population_noise)
+        set_population_statistics(model, train_x[:population_size], state)
+        # Every split in one forward pass (evaluation uses the population statistics, so the
+        # batch it sits in does not matter), then cut apart.
+        logits = model(torch.cat([x for x, _ in splits.values()])).split(sizes)
+        metrics = {}
+        for name, (_, y), split_logits in zip(splits, splits.values(), logits, strict=True):
+            right = split_logits.argmax(dim=-1) == y
+            correct[name].append(right)
+            metrics[f"{name}_accuracy"] = right.float().mean().item()
+            metrics[f"{name}_loss"] = F.cross_entropy(split_logits, y).item()
+        return metrics
 
-    return training.train_classifier(
+    history = training.train_classifier(
         model,
         train_y,
         optimizer,
@@ -249,13 +426,340 @@ def train_classifier(
         batches=batches,
         # The h_0 noise is drawn before each forward pass, the noise the paper puts on h_0.
         logits_of=lambda index: model(
-            train_x[index], rbn.initial_state(len(index), hidden, h0_noise, noise)
+            train_x[index], initial_state(len(index), hidden, h0_noise, noise)
         ),
         evaluate=measure,
         eval_every=eval_every,
         clip=clip,
         desc=type(model.rnn).__name__,
     )
+    return SequenceRun(model, history, {k: torch.stack(v) for k, v in correct.items()})
+
+
+# Learning rates a half-decade apart: the values a grid is drawn from and extended along.
+LEARNING_RATE_LADDER = (1e-3, 3e-3, 1e-2, 3e-2, 1e-1, 3e-1, 1.0)
+
+
+def tune_learning_rate(
+    train: Callable[[Callable[[], SequenceClassifier], float], SequenceRun],
+    arms: Mapping[str, Callable[[], SequenceClassifier]],
+    grid: Sequence[float],
+    *,
+    tuned: Sequence[str] | None = None,
+    ladder: Sequence[float] = LEARNING_RATE_LADDER,
+    max_values: int = 6,
+) -> tuple[list[float], dict[str, dict[float, SequenceRun]]]:
+    """Every arm trained at every learning rate of one grid, the grid widened until it brackets
+    each tuned arm's best rate.
+
+    `train(make, lr)` trains the model `make()` at `lr`; `arms` maps a name to its `make`. The
+    best rate of an arm is the one of highest mean validation accuracy over its run. While the
+    best rate of an arm of `tuned` (default: every arm) is the grid's smallest or largest, the
+    grid gains the next rate of `ladder` on that side (up to `max_values` rates), and every arm
+    is trained at it, so that all arms end on the same grid. Returns (grid, runs), runs[name][lr]
+    the SequenceRun of that arm at that rate.
+    """
+    grid = sorted(checks.number("learning rate", lr, 0.0, low_open=True) for lr in grid)
+    tuned = list(arms) if tuned is None else list(tuned)
+    for name in tuned:
+        if name not in arms:
+            raise ValueError(f"tuned arm {name!r} is not one of the arms {list(arms)}")
+    ladder = sorted(ladder)
+    runs: dict[str, dict[float, SequenceRun]] = {name: {} for name in arms}
+    while True:
+        for lr in grid:
+            for name, make in arms.items():
+                if lr not in runs[name]:
+                    runs[name][lr] = train(make, lr)
+        chosen = [best_learning_rate(runs[name]) for name in tuned]
+        wider = list(grid)
+        if grid[0] in chosen:
+            wider[:0] = [lr for lr in ladder if lr < grid[0]][-1:]
+        if grid[-1] in chosen:
+            wider += [lr for lr in ladder if lr > grid[-1]][:1]
+        if wider == grid or len(wider) > max_values:
+            return grid, runs
+        grid = wider
+
+
+def validation_scores(runs: Mapping[float, SequenceRun]) -> dict[float, float]:
+    """Each learning rate's mean validation accuracy over its run."""
+    return {lr: run.history.mean("val_accuracy") for lr, run in sorted(runs.items())}
+
+
+def best_learning_rate(runs: Mapping[float, SequenceRun]) -> float:
+    """The learning rate of the highest mean validation accuracy over the run."""
+    scores = validation_scores(runs)
+    return max(scores, key=scores.get)
+
+
+def _is_mechanism(model: SequenceClassifier) -> bool:
+    return any(isinstance(m, rbn.StepwiseBatchNorm) for m in model.modules())
+
+
+def _noisy_initial_state(batch: int, hidden_size: int, noise: float, generator=None):
+    """The nulls' (h_0, c_0): h_0 = noise * N(0, 1), c_0 = 0, drawn as rbn.initial_state draws."""
+    h0 = noise * torch.randn(batch, hidden_size, generator=generator)
+    return h0, torch.zeros(batch, hidden_size)
+
+
+def set_population_statistics(model: SequenceClassifier, x: torch.Tensor, state) -> None:
+    """The test-time statistics of a classifier's BNs from the training sequences x: the
+    mechanism's estimate for the BN-LSTM, each null's own for the nulls; none for the LSTM."""
+    if isinstance(model.rnn, (InputNormalizedLSTM, BNLSTMWrittenApart)):
+        model.rnn.estimate_population_statistics(x, state)
+    elif _is_mechanism(model):
+        rbn.estimate_population_statistics(model, x, state)
+
+
+def paired_standard_error(a: torch.Tensor, b: torch.Tensor) -> float:
+    """The standard error of mean(a) - mean(b) for paired per-sequence scores a, b (N,) of two
+    runs on the same sequences: std(a - b) / sqrt(N)."""
+    n = checks.tensor("a", a, "(N,)")["N"]
+    checks.tensor("b", b, "(N,)", N=n)
+    if n < 2:
+        raise ValueError("a paired standard error needs two sequences at least")
+    return ((a.double() - b.double()).std() / n**0.5).item()
+
+
+# -- the nulls: the same LSTM without the paper's idea, written apart from the mechanism --------
+#
+# A null must be computed by code that the mechanism's bugs cannot reach, so these models use
+# torch's fused LSTM and torch's F.batch_norm, never papernotes.recurrent_batch_norm: a broken
+# StepwiseBatchNorm patched into that module leaves them as they are. A unit test holds each one
+# equal to the mechanism's model it stands for.
+
+
+def lstm_weights(input_size: int, hidden_size: int):
+    """(W_x (D, 4H), W_h (H, 4H), b (4H,)), gate blocks in the order (f, i, o, g), drawn as the
+    BN-LSTM draws its own (the initialisation of the paper's code): W_x orthogonal; W_h the
+    identity on the candidate block g and orthogonal on the three gates; forget bias 1."""
+    gates = 4 * hidden_size
+    weight_x, weight_h = torch.empty(input_size, gates), torch.empty(hidden_size, gates)
+    bias = torch.zeros(gates)
+    nn.init.orthogonal_(weight_x)
+    nn.init.orthogonal_(weight_h[:, : 3 * hidden_size])
+    with torch.no_grad():
+        weight_h[:, 3 * hidden_size :] = torch.eye(hidden_size)
+        bias[:hidden_size] = 1.0
+    return weight_x, weight_h, bias
+
+
+def torch_gate_order(m: torch.Tensor) -> torch.Tensor:
+    """Gate blocks along the last dim from ours (f, i, o, g) to torch's (i, f, g, o)."""
+    f, i, o, g = m.chunk(4, dim=-1)
+    return torch.cat([i, f, g, o], dim=-1)
+
+
+def _fused_lstm(input_size: int, hidden_size: int) -> nn.LSTM:
+    """torch's fused LSTM; its own initialisation draws leave the global stream alone (every
+    weight is overwritten), so the read-out drawn after it is the BN-LSTM's."""
+    with torch.random.fork_rng():
+        return nn.LSTM(input_size, hidden_size, batch_first=True)
+
+
+def _state(state, batch: int, hidden_size: int, like: torch.Tensor):
+    """The initial (h, c) as torch's LSTM takes them, (1, B, H) each; None means zeros."""
+    if state is None:
+        zeros = like.new_zeros(1, batch, hidden_size)
+        return zeros, zeros
+    if not isinstance(state, (tuple, list)) or len(state) != 2:
+        raise TypeError("state must be a pair (h, c) of tensors")
+    for name, value in zip(("h", "c"), state, strict=True):
+        checks.tensor(f"state {name}", value, "(B, H)", B=batch, H=hidden_size)
+    return state[0][None], state[1][None]
+
+
+def _check_trainable(steps: int, batch: int, max_steps: int) -> None:
+    if steps > max_steps:
+        raise ValueError(
+            f"a training sequence of {steps} steps is longer than max_steps = {max_steps}"
+        )
+    if batch < 2:
+        raise ValueError(f"batch statistics need at least 2 examples per batch; got {batch}")
+
+
+class LSTM(nn.Module):
+    """The paper's baseline: the BN-LSTM's LSTM with the same initialisation and no BN, on
+    torch's fused LSTM. forward(x (B, T, D), state=None) -> (outputs (B, T, H), (h, c))."""
+
+    def __init__(self, input_size: int, hidden_size: int):
+        super().__init__()
+        self.input_size = checks.integer("input_size", input_size)
+        self.hidden_size = checks.integer("hidden_size", hidden_size)
+        weight_x, weight_h, bias = lstm_weights(input_size, hidden_size)
+        self.lstm = _fused_lstm(input_size, hidden_size)
+        with torch.no_grad():  # torch computes W z, not z W: transpose
+            self.lstm.weight_ih_l0.copy_(torch_gate_order(weight_x).T)
+            self.lstm.weight_hh_l0.copy_(torch_gate_order(weight_h).T)
+            self.lstm.bias_ih_l0.copy_(torch_gate_order(bias))
+            self.lstm.bias_hh_l0.zero_()
+
+    def forward(self, x: torch.Tensor, state=None):
+        batch = checks.tensor("x", x, "(B, T, D)", dtype="floating", D=self.input_size)["B"]
+        outputs, (h, c) = self.lstm(x, _state(state, batch, self.hidden_size, x))
+        return outputs, (h[0], c[0])
+
+
+class InputNormalizedLSTM(nn.Module):
+    """The BN-LSTM without its recurrent and cell BNs: the exact ablation of the paper's idea,
+    BN on the input-to-hidden term only (where Laurent et al. put it), with the BN-LSTM's
+    per-step statistics, gamma_x and initialisation:
+
+        (f~, i~, o~, g~) = W_h h_{t-1} + BN(W_x x_t; gamma_x, 0) + b,  h_t = sigma(o~) tanh(c_t).
+
+    The input term does not depend on the state, so it is normalized for every step at once and
+    fed to torch's fused LSTM, whose input weights are fixed at the identity. Training
+    normalizes step t with the minibatch's statistics of step t; evaluation with the population
+    statistics set by `estimate_population_statistics` (every step from max_steps on uses the
+    last step's).
+    """
+
+    def __init__(self, input_size: int, hidden_size: int, max_steps: int, gamma_init: float = 0.1):
+        super().__init__()
+        self.input_size = checks.integer("input_size", input_size)
+        self.hidden_size = checks.integer("hidden_size", hidden_size)
+        self.max_steps = checks.integer("max_steps", max_steps)
+        gamma_init = checks.number("gamma_init", gamma_init, 0.0, low_open=True)
+        self.eps = 1e-5
+        gates = 4 * hidden_size
+        weight_x, weight_h, bias = lstm_weights(input_size, hidden_size)
+        self.lstm = _fused_lstm(gates, hidden_size)
+        # torch's gate order throughout, so that the normalized term goes in as it is
+        self.weight_x = nn.Parameter(torch_gate_order(weight_x))
+        self.gamma_x = nn.Parameter(torch.full((gates,), gamma_init))
+        self.bias = nn.Parameter(torch_gate_order(bias))
+        with torch.no_grad():
+            self.lstm.weight_ih_l0.copy_(torch.eye(gates))
+            self.lstm.weight_hh_l0.copy_(torch_gate_order(weight_h).T)
+            self.lstm.bias_ih_l0.zero_()
+            self.lstm.bias_hh_l0.zero_()
+        for fixed in (self.lstm.weight_ih_l0, self.lstm.bias_ih_l0, self.lstm.bias_hh_l0):
+            fixed.requires_grad_(False)
+        self.register_buffer("population_mean", torch.zeros(max_steps, gates))
+        self.register_buffer("population_var", torch.ones(max_steps, gates))
+
+    def input_term(self, x: torch.Tensor) -> torch.Tensor:
+        """BN(W_x x_t; gamma_x, 0) + b for every step of x (B, T, D): (B, T, 4H)."""
+        batch, steps, _ = x.shape
+        z = (x @ self.weight_x).reshape(batch, -1)  # each column one feature at one step
+        gamma = self.gamma_x.repeat(steps)
+        if self.training:
+            _check_trainable(steps, batch, self.max_steps)
+            normalized = F.batch_norm(z, None, None, gamma, None, True, 0.0, self.eps)
+        else:
+            rows = torch.arange(steps).clamp(max=self.max_steps - 1)
+            mean, var = self.population_mean[rows].flatten(), self.population_var[rows].flatten()
+            normalized = F.batch_norm(z, mean, var, gamma, None, False, 0.0, self.eps)
+        return normalized.view(batch, steps, -1) + self.bias
+
+    def forward(self, x: torch.Tensor, state=None):
+        batch = checks.tensor("x", x, "(B, T, D)", dtype="floating", D=self.input_size)["B"]
+        state = _state(state, batch, self.hidden_size, x)
+        outputs, (h, c) = self.lstm(self.input_term(x), state)
+        return outputs, (h[0], c[0])
+
+    @torch.no_grad()
+    def estimate_population_statistics(self, x: torch.Tensor, state=None) -> None:
+        """Each step's mean and unbiased variance of W_x x_t over the sequences x (the state
+        does not enter the input term)."""
+        steps = checks.tensor("x", x, "(N, T, D)", dtype="floating", D=self.input_size)["T"]
+        z = x @ self.weight_x
+        self.population_mean[:steps] = z.mean(0)
+        self.population_var[:steps] = z.var(0, unbiased=True)
+
+
+class BNLSTMWrittenApart(nn.Module):
+    """The mechanism's BN-LSTM written a second time, for the nulls that change one of its
+    settings (gamma at 1): the same equations, parameters and initialisation, with torch's
+    F.batch_norm for the normalizing transform. forward(x, state) as BNLSTM's; evaluation uses
+    the population statistics set by `estimate_population_statistics` (every step from
+    max_steps on uses the last step's).
+    """
+
+    def __init__(self, input_size: int, hidden_size: int, max_steps: int, gamma_init: float = 0.1):
+        super().__init__()
+        self.input_size = checks.integer("input_size", input_size)
+        self.hidden_size = checks.integer("hidden_size", hidden_size)
+        self.max_steps = checks.integer("max_steps", max_steps)
+        gamma_init = checks.number("gamma_init", gamma_init, 0.0, low_open=True)
+        self.eps = 1e-5
+        gates = 4 * hidden_size
+        weight_x, weight_h, bias = lstm_weights(input_size, hidden_size)
+        self.weight_x = nn.Parameter(weight_x)
+        self.weight_h = nn.Parameter(weight_h)
+        self.bias = nn.Parameter(bias)
+        self.gamma_x = nn.Parameter(torch.full((gates,), gamma_init))
+        self.gamma_h = nn.Parameter(torch.full((gates,), gamma_init))
+        self.gamma_c = nn.Parameter(torch.full((hidden_size,), gamma_init))
+        self.beta_c = nn.Parameter(torch.zeros(hidden_size))
+        for name, width in (("x", gates), ("h", gates), ("c", hidden_size)):
+            self.register_buffer(f"mean_{name}", torch.zeros(max_steps, width))
+            self.register_buffer(f"var_{name}", torch.ones(max_steps, width))
+        self._collect = None
+
+    def _bn(self, z, name, t, gamma, beta=None):
+        if self.training:
+            if self._collect is not None:  # estimating: keep step t's mean and unbiased var
+                self._collect[name].append((z.mean(0), z.var(0, unbiased=True)))
+            return F.batch_norm(z, None, None, gamma, beta, True, 0.0, self.eps)
+        row = min(t, self.max_steps - 1)
+        mean, var = getattr(self, f"mean_{name}")[row], getattr(self, f"var_{name}")[row]
+        return F.batch_norm(z, mean, var, gamma, beta, False, 0.0, self.eps)
+
+    def _input_terms(self, x: torch.Tensor) -> torch.Tensor:
+        """BN(W_x x_t; gamma_x, 0) + b for every step at once, (B, T, 4H): each column of the
+        flattened (B, T * 4H) term is one feature at one step."""
+        batch, steps, _ = x.shape
+        z = (x @ self.weight_x).reshape(batch, -1)
+        gamma = self.gamma_x.repeat(steps)
+        if self.training:
+            if self._collect is not None:
+                self._collect["x"] = list(
+                    zip(
+                        z.mean(0).view(steps, -1).unbind(0),
+                        z.var(0, unbiased=True).view(steps, -1).unbind(0),
+                        strict=True,
+                    )
+                )
+            normalized = F.batch_norm(z, None, None, gamma, None, True, 0.0, self.eps)
+        else:
+            rows = torch.arange(steps).clamp(max=self.max_steps - 1)
+            mean, var = self.mean_x[rows].flatten(), self.var_x[rows].flatten()
+            normalized = F.batch_norm(z, mean, var, gamma, None, False, 0.0, self.eps)
+        return normalized.view(batch, steps, -1) + self.bias
+
+    def forward(self, x: torch.Tensor, state=None):
+        sizes = checks.tensor("x", x, "(B, T, D)", dtype="floating", D=self.input_size)
+        if self.training:
+            _check_trainable(sizes["T"], sizes["B"], self.max_steps)
+        h, c = (s[0] for s in _state(state, sizes["B"], self.hidden_size, x))
+        split = 3 * self.hidden_size
+        outputs = []
+        for t, input_term in enumerate(self._input_terms(x).unbind(1)):
+            gates = self._bn(h @ self.weight_h, "h", t, self.gamma_h) + input_term
+            f, i, o = torch.sigmoid(gates[:, :split]).chunk(3, dim=1)
+            c = f * c + i * torch.tanh(gates[:, split:])
+            h = o * torch.tanh(self._bn(c, "c", t, self.gamma_c, self.beta_c))
+            outputs.append(h)
+        return torch.stack(outputs, dim=1), (h, c)
+
+    @torch.no_grad()
+    def estimate_population_statistics(self, x: torch.Tensor, state=None) -> None:
+        """Each step's mean and unbiased variance of every normalized term over the sequences x
+        (one pass in training mode, as the mechanism's estimate), the mode restored."""
+        was_training = self.training
+        self._collect = {"x": [], "h": [], "c": []}
+        try:
+            self.train()
+            self(x, state)
+            for name, found in self._collect.items():
+                steps = len(found)
+                getattr(self, f"mean_{name}")[:steps] = torch.stack([m for m, _ in found])
+                getattr(self, f"var_{name}")[:steps] = torch.stack([v for _, v in found])
+        finally:
+            self._collect = None
+            self.train(was_training)
 
 
 # -- stationarity of the population statistics --------------------------------------------------
@@ -268,10 +772,26 @@ def statistics_drift(bn: rbn.StepwiseBatchNorm) -> torch.Tensor:
     in units of each feature's typical standard deviation (its median over the steps), so that
     features of different scales count alike.
     """
-    mean, std = bn.running_mean, bn.running_var.clamp_min(0).sqrt()
+    return statistics_drift_per_feature(bn).mean(dim=1)
+
+
+def statistics_drift_per_feature(bn: rbn.StepwiseBatchNorm) -> torch.Tensor:
+    """`statistics_drift` before the mean over features: shape (max_steps - 1, features)."""
+    return _drift(bn.running_mean, bn.running_var.clamp_min(0).sqrt())
+
+
+def sequence_drift(x: torch.Tensor) -> torch.Tensor:
+    """`statistics_drift` of the sequences x (N, T, D) themselves: how far each step's mean and
+    standard deviation over the N sequences move from one step to the next, shape (T - 1,)."""
+    checks.tensor("x", x, "(N, T, D)", dtype="floating")
+    return _drift(x.mean(dim=0), x.std(dim=0)).mean(dim=1)
+
+
+def _drift(mean: torch.Tensor, std: torch.Tensor) -> torch.Tensor:
+    """Per step and feature, |mean_{t+1} - mean_t| + |std_{t+1} - std_t| in units of the
+    feature's median std over the steps: (T - 1, F)."""
     scale = std.median(dim=0).values.clamp_min(1e-12)
-    change = (mean.diff(dim=0).abs() + std.diff(dim=0).abs()) / scale
-    return change.mean(dim=1)
+    return (mean.diff(dim=0).abs() + std.diff(dim=0).abs()) / scale
 
 
 # -- the statistics beyond T_max, and the ablations of per-step statistics ----------------------
@@ -304,7 +824,7 @@ def averaged_from(
 
 
 def shared_by_every_step(
-    model: SequenceClassifier, names: tuple[str, ...] = ("bn_x", *RECURRENT)
+    model: SequenceClassifier, names: tuple[str, ...] = RECURRENT
 ) -> SequenceClassifier:
     """The shortcut the paper warns against: a copy whose BNs `names` use one set of statistics,
     the average over all steps, at every step."""
