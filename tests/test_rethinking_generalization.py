@@ -528,3 +528,18 @@ def test_the_nulls_sets_draw_their_own_labels_and_pixels():
     assert not torch.equal(per_image.train_x, train_x)
     x, y = same.epoch()
     assert x is same.train_x and y is same.train_y
+
+
+def test_validation_score_averages_the_last_epochs_cross_entropy():
+    train_x, train_y, test_x, test_y = small_digits()
+    data = rg.RandomizedDigits(train_x, train_y, test_x, test_y, num_classes=4)
+    run = experiment.randomization_test(
+        data, seed=1, epochs=5, batch_size=30, hidden=8, lr=1e-2, val=(test_x, test_y)
+    )
+    losses = run.history["val_loss"]
+    assert experiment.validation_score(run, last=3) == pytest.approx(sum(losses[-3:]) / 3)
+    with pytest.raises(ValueError, match="validation losses"):
+        experiment.validation_score(run, last=6)
+    plain = experiment.randomization_test(data, seed=1, epochs=2, batch_size=30, hidden=8)
+    with pytest.raises(ValueError, match="validation losses"):
+        experiment.validation_score(plain, last=1)

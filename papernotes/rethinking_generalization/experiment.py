@@ -322,6 +322,16 @@ def weight_norm(run: Run) -> float:
     return sum(p.detach().double().square().sum() for p in run.model.parameters()).sqrt().item()
 
 
+def validation_score(run: Run, last: int = 20) -> float:
+    """The run's validation cross-entropy averaged over its last `last` epochs: the score the
+    regularisers are tuned on (the last epoch alone moves by more than the strengths differ)."""
+    last = checks.integer("last", last)
+    losses = run.history["val_loss"] if "val_loss" in run.history else []
+    if len(losses) < last:
+        raise ValueError(f"the run logged {len(losses)} validation losses; {last} are averaged")
+    return sum(losses[-last:]) / last
+
+
 def capped_epochs(run: Run) -> int:
     """The epochs a run took to fit, a run that never fitted counting as one past its
     schedule."""
