@@ -496,6 +496,42 @@ def test_a_run_follows_its_seed():
     assert run(0) != run(1)
 
 
+def test_cut_steps_also_evaluates_the_bn_lstm_with_its_first_steps_statistics_only():
+    x, y = tiny_task(n=64, steps=6)
+
+    def run(make, cut_steps):
+        return experiment.train_classifier(
+            make(),
+            x,
+            y,
+            {"test": (x, y)},
+            steps=4,
+            batch_size=16,
+            eval_every=2,
+            cut_steps=cut_steps,
+            seed=3,
+        )
+
+    def make():
+        return experiment.bn_lstm_classifier(4, 6, seed=2)
+
+    full, cut_at_6, cut_at_1 = run(make, None), run(make, 6), run(make, 1)
+    # the cut is measured beside the run and leaves its training and accuracy as they were
+    assert cut_at_1.history["test_accuracy"] == full.history["test_accuracy"]
+    assert "test_cut" not in full.correct and "test_cut_accuracy" not in full.history.metrics
+    # a cut at the sequence's length changes nothing; the last evaluation's cut is that model's
+    assert torch.equal(cut_at_6.correct["test_cut"], cut_at_6.correct["test"])
+    model = cut_at_1.model
+    right = training.accuracy_of(experiment.statistics_for_first(model, 1), x, y)
+    assert cut_at_1.history.final("test_cut_accuracy") == pytest.approx(right)
+    assert cut_at_1.correct["test_cut"].shape == cut_at_1.correct["test"].shape
+    # the nulls, written apart, ignore it
+    lstm = run(lambda: experiment.lstm_classifier(4, seed=2), 1)
+    assert "test_cut" not in lstm.correct
+    with pytest.raises(ValueError, match="cut_steps"):
+        run(make, 0)
+
+
 def test_the_classifiers_follow_their_seed():
     same = [experiment.lstm_classifier(4, seed=5).readout.weight for _ in range(2)]
     assert torch.equal(*same)

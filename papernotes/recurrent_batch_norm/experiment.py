@@ -371,6 +371,7 @@ def train_classifier(
     h0_noise: float = 0.1,
     eval_every: int = 25,
     population_size: int = 256,
+    cut_steps: int | None = None,
     seed: int = 0,
 ) -> SequenceRun:
     """Train a classifier on sequences (N, T, D) with the paper's recipe: RMSProp (decay 0.9),
@@ -382,6 +383,11 @@ def train_classifier(
     "val_loss", ..., and which sequences were right. Minibatches, the h_0 noise and the
     population-statistics noise are streams of `seed`, so two models trained with one seed see
     the same minibatches.
+
+    With `cut_steps` = k, each evaluation of the mechanism's BN-LSTM also measures a copy whose
+    recurrent and cell BNs keep population statistics for their first k steps only, later
+    steps reusing step k's (`statistics_for_first`, the paper's rule beyond T_max), logged as
+    "<split>_cut_accuracy" and recorded as the split "<split>_cut". Other models ignore it.
     """
     if not isinstance(model, SequenceClassifier):
         raise TypeError(f"model must be a SequenceClassifier; got {type(model).__name__}")
@@ -398,7 +404,10 @@ def train_classifier(
     batches = minibatches(n, batch_size, training.generator(seed, BATCHES))
     noise = training.generator(seed, H0_NOISE)
     population_noise = training.generator(seed, POPULATION_NOISE)
-    correct = {name: [] for name in splits}
+    if cut_steps is not None:
+        checks.integer("cut_steps", cut_steps)
+    cut = cut_steps is not None and _is_mechanism(model)
+    correct = {name: [] for name in splits} | ({f"{n}_cut": [] for n in splits} if cut else {})
     sizes = [checks.tensor(f"{name} x", x, "(N, T, D)")["N"] for name, (x, _) in splits.items()]
     # The mechanism's BN-LSTM draws its h_0 with the mechanism's initial_state; the nulls with
     # their own copy of it (the same draws), out of a broken mechanism's reach.
@@ -409,13 +418,21 @@ def train_classifier(
         set_population_statistics(model, train_x[:population_size], state)
         # Every split in one forward pass (evaluation uses the population statistics, so the
         # batch it sits in does not matter), then cut apart.
-        logits = model(torch.cat([x for x, _ in splits.values()])).split(sizes)
+        every_x = torch.cat([x for x, _ in splits.values()])
+        logits = model(every_x).split(sizes)
         metrics = {}
         for name, (_, y), split_logits in zip(splits, splits.values(), logits, strict=True):
             right = split_logits.argmax(dim=-1) == y
             correct[name].append(right)
             metrics[f"{name}_accuracy"] = right.float().mean().item()
             metrics[f"{name}_loss"] = F.cross_entropy(split_logits, y).item()
+        if cut:
+            with training.evaluating(model):
+                cut_logits = statistics_for_first(model, cut_steps)(every_x).split(sizes)
+            for name, (_, y), split_logits in zip(splits, splits.values(), cut_logits, strict=True):
+                right = split_logits.argmax(dim=-1) == y
+                correct[f"{name}_cut"].append(right)
+                metrics[f"{name}_cut_accuracy"] = right.float().mean().item()
         return metrics
 
     history = training.train_classifier(
