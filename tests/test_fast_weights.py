@@ -204,6 +204,8 @@ def test_without_layer_norm_the_rnn_still_follows_the_equations():
 def test_recurrent_weights_start_at_half_the_identity_with_the_papers_settings():
     rnn = fw.FastWeightsRNN(4, 6)
     assert torch.equal(rnn.recurrent_weights.weight, 0.5 * torch.eye(6))
+    small = fw.FastWeightsRNN(4, 6, recurrent_init=0.05)
+    assert torch.equal(small.recurrent_weights.weight, 0.05 * torch.eye(6))
     assert (rnn.decay, rnn.fast_lr, rnn.inner_steps, rnn.memory) == (0.95, 0.5, 1, "attention")
 
 
@@ -277,7 +279,7 @@ def test_retrieval_batch_rejects_bad_arguments():
 # -- 5. Models and training ------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("settings", [{}, {"fast_lr": 0.0}, {"lstm": True}])
+@pytest.mark.parametrize("settings", [{}, {"fast_lr": 0.0}, {"ablation": True}, {"lstm": True}])
 def test_every_model_maps_tokens_to_ten_logits(settings):
     tokens, _ = experiment.retrieval_batch(5, 4, gen(22))
     with seeded(0):
@@ -317,16 +319,96 @@ def test_retrieval_accuracy_counts_the_largest_logit_and_rejects_mismatched_answ
         experiment.retrieval_accuracy(model, (tokens, answers[:5]))
 
 
-def test_attention_at_query_reads_the_states_before_the_last_step():
+def test_attention_at_query_recovers_the_memory_views_weights_from_the_modules_read():
     tokens, _ = experiment.retrieval_batch(3, 4, gen(23))
     with seeded(0):
-        model = experiment.RetrievalNet(hidden_size=8, embedding_size=12).double()
+        model = experiment.RetrievalNet(hidden_size=16, embedding_size=12).double()
     weights = experiment.attention_at_query(model, tokens)
     assert weights.shape == (3, 10)
     trace = model.core.trace(model.embedding(tokens))
     query = trace.preliminary[:, -1]
     expected = 0.5 * 0.95 ** torch.arange(9, -1, -1.0).double() * (trace.hidden[:, :-1] @ query[0])
     assert torch.allclose(weights[0], expected[0], atol=1e-12)
+    formula = experiment.formula_weights_at_query(model, tokens)
+    assert torch.allclose(weights, formula, atol=1e-12)
+    # the weights are the read's: they combine the stored states into what the memory returns
+    with torch.no_grad():
+        before = model.core.trace(model.embedding(tokens)[:, :-1])
+        read = before.memory.read(query)
+    assert torch.allclose((weights.unsqueeze(2) * before.hidden).sum(1), read, atol=1e-12)
+
+
+def test_attention_at_query_aligns_a_memory_that_holds_fewer_states_to_the_newest():
+    class LateMemory(fw.StateMemory):
+        def write(self, h):
+            if getattr(self, "pending", None) is not None:
+                self.states.append(self.pending)
+            self.pending = h
+
+    tokens, _ = experiment.retrieval_batch(2, 4, gen(46))
+    with seeded(0):
+        model = experiment.RetrievalNet(hidden_size=16, embedding_size=12).double()
+    original = fw.StateMemory
+    fw.StateMemory = LateMemory
+    try:
+        weights = experiment.attention_at_query(model, tokens)
+    finally:
+        fw.StateMemory = original
+    assert torch.equal(weights[:, 0], torch.zeros(2, dtype=torch.float64))
+    assert (weights[:, 1:].abs() > 0).all()
+
+
+def test_attention_at_query_reads_with_the_memorys_own_decay():
+    # A memory that forgets everything at once (decay 0) reads the newest state alone.
+    tokens, _ = experiment.retrieval_batch(4, 4, gen(24))
+    with seeded(0):
+        model = experiment.RetrievalNet(hidden_size=16, embedding_size=12).double()
+    with model.core.settings(decay=0.0):
+        weights = experiment.attention_at_query(model, tokens)
+    assert torch.allclose(weights[:, :-1], torch.zeros(4, 9, dtype=torch.float64), atol=1e-9)
+    assert (weights[:, -1].abs() > 1e-6).all()
+
+
+def test_the_trace_keeps_the_memory_its_steps_wrote():
+    rnn = make_rnn(memory="matrix")
+    x = randn(3, 4, 5, seed=40)
+    trace = rnn.trace(x)
+    A = torch.zeros(3, 6, 6, dtype=torch.float64)
+    for t in range(4):
+        A = 0.95 * A + 0.5 * trace.hidden[:, t].unsqueeze(2) * trace.hidden[:, t].unsqueeze(1)
+    assert torch.allclose(trace.memory.A, A, atol=1e-12)
+
+
+def test_the_ablation_is_the_fast_weights_network_with_fast_lr_zero_written_apart():
+    x = randn(4, 6, 5, seed=41)
+    with seeded(2):
+        rnn = fw.FastWeightsRNN(5, 7, fast_lr=0.0).double()
+    ablation = experiment.LayerNormRNN(5, 7).double()
+    with torch.no_grad():
+        rnn.recurrent_weights.weight.add_(0.2 * randn(7, 7, seed=42))
+        rnn.norm.weight.copy_(1 + 0.1 * randn(7, seed=43))
+        ablation.load_state_dict(rnn.state_dict())
+        assert torch.allclose(ablation(x)[0], rnn(x)[0], atol=1e-12)
+    assert torch.equal(experiment.LayerNormRNN(3, 4).recurrent_weights.weight, 0.5 * torch.eye(4))
+    net = experiment.RetrievalNet(ablation=True, recurrent_init=0.05)
+    assert isinstance(net.core, experiment.LayerNormRNN)
+    assert torch.equal(net.core.recurrent_weights.weight, 0.05 * torch.eye(32))
+    with pytest.raises(ValueError, match="no fast weights"):
+        experiment.RetrievalNet(ablation=True, decay=0.9)
+    with pytest.raises(ValueError, match="one core"):
+        experiment.RetrievalNet(ablation=True, lstm=True)
+
+
+def test_pair_weights_and_the_bootstrap_by_hand():
+    tokens = torch.tensor([[0, 30, 1, 31, 2, 32, 3, 33, 36, 36, 2]])  # a3b4c5d6??c, c asked
+    weights = torch.tensor([[1.0, 1.0, 2.0, 2.0, 8.0, 6.0, 3.0, 3.0, 0.0, 0.0]])
+    queried, others = experiment.pair_weights(weights, tokens)
+    assert queried.item() == 7.0 and others.item() == 2.0
+    g = gen(44)
+    first = (torch.rand(50, generator=g) + 1, torch.rand(50, generator=g) + 1)
+    assert experiment.ratio_gap_standard_error(first, first, gen(45)) == 0.0
+    second = (torch.rand(50, generator=g) + 1, torch.rand(50, generator=g) + 1)
+    assert experiment.ratio_gap_standard_error(first, second, gen(45)) > 0.0
 
 
 def test_attention_at_query_rejects_a_model_without_fast_weights():
@@ -338,12 +420,13 @@ def test_attention_at_query_rejects_a_model_without_fast_weights():
 
 def test_training_is_reproducible_and_lowers_the_loss():
     validation = experiment.retrieval_batch(200, 2, gen(24))
+    train = experiment.retrieval_batch(2000, 2, gen(23))
     runs = [
-        experiment.train_retrieval(validation, seed=3, steps=40, n_pairs=2, eval_every=20)
+        experiment.train_retrieval(train, validation, seed=3, steps=80, eval_every=40)
         for _ in range(2)
     ]
     history, again = runs[0].history, runs[1].history
-    assert history.steps == [20, 40]
+    assert history.steps == [40, 80]
     assert history.metrics == again.metrics
     assert all(0.0 <= a <= 1.0 for a in history["val_accuracy"])
     assert not runs[0].model.training
@@ -358,7 +441,8 @@ def test_training_is_reproducible_and_lowers_the_loss():
 
 def test_another_seed_gives_another_run():
     validation = experiment.retrieval_batch(100, 2, gen(27))
-    a, b = (experiment.train_retrieval(validation, seed=s, steps=5, n_pairs=2) for s in (0, 1))
+    train = experiment.retrieval_batch(500, 2, gen(28))
+    a, b = (experiment.train_retrieval(train, validation, seed=s, steps=5) for s in (0, 1))
     assert a.history["loss"] != b.history["loss"]
 
 
@@ -373,6 +457,7 @@ def test_another_seed_gives_another_run():
         ({"inner_steps": 0}, ValueError, "inner_steps"),
         ({"layer_norm": 1}, TypeError, "layer_norm"),
         ({"memory": "tape"}, ValueError, "memory"),
+        ({"recurrent_init": -0.1}, ValueError, "recurrent_init"),
     ],
 )
 def test_the_rnn_rejects_bad_settings(kwargs, error, match):
@@ -391,9 +476,13 @@ def test_the_rnn_rejects_inputs_of_the_wrong_shape_or_type():
 def test_train_retrieval_rejects_bad_arguments():
     validation = experiment.retrieval_batch(10)
     with pytest.raises(ValueError, match="lr"):
-        experiment.train_retrieval(validation, seed=0, steps=1, lr=0.0)
+        experiment.train_retrieval(validation, validation, seed=0, steps=1, lr=0.0)
     with pytest.raises(ValueError, match="validation answers must have shape"):
-        experiment.train_retrieval((validation[0], validation[1][:5]), seed=0, steps=1)
+        experiment.train_retrieval(validation, (validation[0], validation[1][:5]), seed=0, steps=1)
+    with pytest.raises(ValueError, match="train answers must have shape"):
+        experiment.train_retrieval((validation[0], validation[1][:5]), validation, seed=0, steps=1)
+    with pytest.raises(TypeError, match="train must be a pair"):
+        experiment.train_retrieval(validation[0], validation, seed=0, steps=1)
 
 
 # -- the chapter's measurements --------------------------------------------------------------------
@@ -439,7 +528,7 @@ def test_queried_over_others_and_relative_to_other_pairs_by_hand():
     assert experiment.relative_to_other_pairs(by_role) == [2.0, 1.0, 0.5, 1.5, 3.0]
     tokens, _ = experiment.retrieval_batch(16, 4, gen(33))
     with seeded(0):
-        model = experiment.RetrievalNet(hidden_size=8, embedding_size=12)
+        model = experiment.RetrievalNet(hidden_size=16, embedding_size=12)
     roles = experiment.mean_weight_by_role(experiment.attention_at_query(model, tokens), tokens)
     ratio = experiment.queried_over_others(model, tokens)
     relative = experiment.relative_to_other_pairs(roles)
@@ -449,7 +538,7 @@ def test_queried_over_others_and_relative_to_other_pairs_by_hand():
 def test_read_with_settings_reads_at_the_settings_and_restores_them():
     sequences = experiment.retrieval_batch(32, 4, gen(34))
     with seeded(0):
-        model = experiment.RetrievalNet(hidden_size=8, embedding_size=12)
+        model = experiment.RetrievalNet(hidden_size=16, embedding_size=12)
     accuracy, weights, by_role = experiment.read_with_settings(
         model, sequences, decay=0.5, fast_lr=0.25, inner_steps=2
     )
@@ -468,5 +557,135 @@ def test_read_with_settings_reads_at_the_settings_and_restores_them():
 
 def test_train_retrieval_returns_a_training_run():
     validation = experiment.retrieval_batch(20, 2, gen(35))
-    run = experiment.train_retrieval(validation, seed=0, steps=2, n_pairs=2, eval_every=1)
+    train = experiment.retrieval_batch(64, 2, gen(36))
+    run = experiment.train_retrieval(
+        train, validation, seed=0, steps=2, batch_size=16, eval_every=1
+    )
     assert isinstance(run, training.Run) and run.history.steps == [1, 2]
+
+
+def test_training_draws_its_minibatches_from_the_fixed_training_set():
+    # Every update reads sequences of the training set, and nothing else: a training set whose
+    # answers are all 3 teaches the network to answer 3.
+    tokens, _ = experiment.retrieval_batch(256, 2, gen(37))
+    train = (tokens, torch.full((256,), 3))
+    validation = experiment.retrieval_batch(50, 2, gen(38))
+    run = experiment.train_retrieval(train, validation, seed=0, steps=30, batch_size=32, lr=3e-2)
+    with torch.no_grad():
+        assert (run.model(validation[0]).argmax(1) == 3).all()
+
+
+def test_retrieval_sets_have_a_fixed_training_set_of_the_papers_size():
+    sets = experiment.retrieval_sets(0, 50)
+    assert sets.train[0].shape == (100_000, 11) and sets.train[1].shape == (100_000,)
+    small = experiment.retrieval_sets(0, 50, train_size=300)
+    assert torch.equal(small.validation[0], sets.validation[0])
+    assert not torch.equal(small.train[0][:50], sets.validation[0])
+
+
+def test_the_readout_is_linear_or_a_hidden_layer_of_relus():
+    model = experiment.RetrievalNet(hidden_size=8, embedding_size=4, readout_size=100)
+    linear, relu, out = model.readout
+    assert (linear.in_features, linear.out_features, out.out_features) == (8, 100, 10)
+    assert isinstance(relu, torch.nn.ReLU)
+    flat = experiment.RetrievalNet(hidden_size=8, embedding_size=4)
+    assert isinstance(flat.readout, torch.nn.Linear) and flat.readout.in_features == 8
+
+
+def test_retrieval_scores_are_the_accuracy_and_the_cross_entropy_of_one_pass():
+    sequences = experiment.retrieval_batch(40, 2, gen(54))
+    with seeded(0):
+        model = experiment.RetrievalNet(hidden_size=8, embedding_size=6)
+    scores = experiment.retrieval_scores(model, sequences)
+    with torch.no_grad():
+        logits = model(sequences[0])
+    expected = torch.nn.functional.cross_entropy(logits, sequences[1]).item()
+    assert scores["val_loss"] == pytest.approx(expected, rel=1e-6)
+    assert scores["val_accuracy"] == experiment.retrieval_accuracy(model, sequences)
+    with pytest.raises(ValueError, match="answers must have shape"):
+        experiment.retrieval_scores(model, (sequences[0], sequences[1][:5]))
+
+
+def test_tuning_ranks_a_diverged_run_last():
+    assert experiment._finite(float("nan")) == float("inf")
+    assert experiment._finite(1.5) == 1.5
+
+
+@pytest.mark.parametrize("inner_steps", [1, 2])
+def test_the_gradients_are_those_of_the_papers_equations(inner_steps):
+    # Backpropagation through the module's memory gives the gradients of the equations written
+    # out one sequence at a time with an explicit matrix A (the reference above).
+    rnn = make_rnn(inner_steps=inner_steps)
+    x = randn(3, 5, 5, seed=47)
+    weights = randn(3, 5, 6, seed=48)
+    (rnn(x)[0] * weights).sum().backward()
+    ours = {name: p.grad.clone() for name, p in rnn.named_parameters()}
+    rnn.zero_grad()
+    (reference_hidden(rnn, x) * weights).sum().backward()
+    for name, p in rnn.named_parameters():
+        assert torch.allclose(ours[name], p.grad, atol=1e-10), name
+
+
+def test_by_the_equations_sees_the_gain_the_orientation_of_W_and_S():
+    # The chapter's equations check writes LN out from its gain and bias and reads W as W h:
+    # with a non-trivial gain and bias and a W that is not symmetric (make_rnn), a network
+    # that drops the gain, transposes W or runs one inner step at S = 2 is told apart.
+    x = randn(4, 6, 5, seed=49)
+    rnn = make_rnn(inner_steps=2)
+    with torch.no_grad():
+        exact = experiment.by_the_equations(rnn, x)
+        assert torch.allclose(rnn(x)[0], exact, atol=1e-12)
+        for change in ("gain", "transpose", "once"):
+            broken = make_rnn(inner_steps=2)
+            if change == "gain":
+                broken.norm.weight.fill_(1.0)
+                broken.norm.bias.zero_()
+            elif change == "transpose":
+                broken.recurrent_weights.weight.copy_(rnn.recurrent_weights.weight.T)
+            else:
+                broken.inner_steps = 1
+            assert not torch.allclose(broken(x)[0], exact, atol=1e-6), change
+
+
+def test_a_run_advanced_twice_is_the_run_of_the_sum():
+    validation = experiment.retrieval_batch(30, 2, gen(50))
+    train = experiment.retrieval_batch(300, 2, gen(51))
+    settings = dict(seed=1, batch_size=16, eval_every=2, hidden_size=8, embedding_size=6)
+    whole = experiment.RetrievalTraining(train, validation, **settings).advance(6)
+    parts = experiment.RetrievalTraining(train, validation, **settings).advance(2).advance(4)
+    assert parts.history.steps == whole.history.steps == [2, 4, 6]
+    assert parts.history.metrics == whole.history.metrics
+    for a, b in zip(whole.model.parameters(), parts.model.parameters(), strict=True):
+        assert torch.equal(a, b)
+    with pytest.raises(ValueError, match="multiple of eval_every"):
+        parts.advance(3)
+
+
+def test_successive_halving_continues_the_best_rates_and_chooses_among_them():
+    validation = experiment.retrieval_batch(40, 2, gen(52))
+    train = experiment.retrieval_batch(400, 2, gen(53))
+    lrs = (1e-4, 3e-3, 1e-2, 10.0)
+    runs = experiment.tune_learning_rate(
+        train,
+        validation,
+        seed=0,
+        lrs=lrs,
+        rung=4,
+        steps=8,
+        keep=2,
+        eval_every=2,
+        batch_size=16,
+        hidden_size=8,
+        embedding_size=6,
+    )
+    at_rung = {lr: sum(r.history["val_loss"][:2]) / 2 for lr, r in runs.items()}
+    kept = sorted(lrs, key=lambda lr: experiment._finite(at_rung[lr]))[:2]
+    assert {lr for lr, r in runs.items() if r.updates == 8} == set(kept)
+    assert all(r.updates == 4 for lr, r in runs.items() if lr not in kept)
+    chosen = experiment.chosen_rate(runs)
+    assert chosen in kept
+    assert runs[chosen].history.final("val_loss") == min(
+        runs[lr].history.final("val_loss") for lr in kept
+    )
+    with pytest.raises(ValueError, match="rung"):
+        experiment.tune_learning_rate(train, validation, seed=0, lrs=lrs, rung=8, steps=8)

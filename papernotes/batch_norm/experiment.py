@@ -8,9 +8,11 @@ broken variant patched into that module is the one these networks run.
 from __future__ import annotations
 
 import copy
+import math
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from papernotes import batch_norm, checks, training
@@ -113,9 +115,286 @@ class Run(training.Run):
     """One training run: the network as training left it (in eval mode), its History (the
     training loss, and the validation and test accuracy, every `eval_every` updates and after
     the last), and the percentile bands of the last hidden layer's nonlinearity inputs over the
-    test set at each of those evaluations, shape (evaluations, 3, hidden)."""
+    test set at the evaluations after `band_steps` updates, shape (len(band_steps), 3, hidden).
+    """
 
     bands: torch.Tensor
+    band_steps: list[int]
+
+
+@dataclass(frozen=True)
+class Setting:
+    """What one network of a side-by-side training differs in: its learning rate, the rate of
+    the parameters BN's scale invariance does not cover (`affine_lr`, None: `lr`; see
+    `train_mnist_nets`), the standard deviation of its initial weights, and (a network without
+    BN) whether its start is standardised once on the training images (`standardise_start`)."""
+
+    lr: float
+    affine_lr: float | None = None
+    init_std: float = 0.1
+    standardised: bool = False
+
+
+class MNISTNets(nn.Module):
+    """`len(settings)` sigmoid MNISTNets trained side by side as one module: member k has its
+    own weights (the seed's Gaussian draw times its `init_std`), and every member sees the same
+    mini-batches. The linear layers are one batched matrix product (weights (members, out,
+    in)); each BN layer is one `batch_norm.BatchNorm` over members x hidden features, each
+    feature normalised over the batch on its own, so no member's output, gradient or statistics
+    depend on another's. `member(k)` hands member k back as a stand-alone MNISTNet."""
+
+    def __init__(self, settings, *, batch_norm: bool, n_inputs: int, n_layers: int = 3):
+        super().__init__()
+        self.settings = tuple(settings)
+        self.batch_norm, self.n_inputs, self.n_layers = batch_norm, n_inputs, n_layers
+        self.hidden, self.n_classes = 100, 10
+        k = len(self.settings)
+        widths = [n_inputs] + [self.hidden] * n_layers + [self.n_classes]
+        shapes = list(zip(widths[1:], widths[:-1], strict=True))
+        # MNISTNet's draws, in its order: member k starts from them times its own scale.
+        draws = [torch.randn(shape) for shape in shapes]
+        scale = torch.tensor([s.init_std for s in self.settings]).view(k, 1, 1)
+        self.weights = nn.ParameterList(nn.Parameter(w * scale) for w in draws)
+        biased = [not batch_norm] * n_layers + [True]  # beta replaces a hidden layer's bias
+        self.biases = nn.ParameterList(
+            nn.Parameter(torch.zeros(k, out))
+            for (out, _), b in zip(shapes, biased, strict=True)
+            if b
+        )
+        self.norms = nn.ModuleList(
+            _bn_layer(k * self.hidden) for _ in range(n_layers if batch_norm else 0)
+        )
+
+    def nonlinearity_inputs(self, x: torch.Tensor) -> list[torch.Tensor]:
+        """Every hidden layer's nonlinearity input, (members, N, hidden) each, from x (N, D)."""
+        k = len(self.settings)
+        h, inputs = x.expand(k, *x.shape), []
+        for i in range(self.n_layers):
+            pre = torch.bmm(h, self.weights[i].transpose(1, 2))
+            if self.batch_norm:
+                n = pre.shape[1]
+                flat = pre.transpose(0, 1).reshape(n, k * self.hidden)  # (N, members x hidden)
+                pre = self.norms[i](flat).reshape(n, k, self.hidden).transpose(0, 1)
+            else:
+                pre = pre + self.biases[i].unsqueeze(1)
+            inputs.append(pre)
+            h = torch.sigmoid(pre)
+        return inputs
+
+    def logits(self, last_input: torch.Tensor) -> torch.Tensor:
+        """The read-out, (members, N, classes), from the last nonlinearity's input."""
+        readout = self.weights[-1].transpose(1, 2)
+        return torch.baddbmm(self.biases[-1].unsqueeze(1), torch.sigmoid(last_input), readout)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """(N, D) -> logits (members, N, classes)."""
+        return self.logits(self.nonlinearity_inputs(x)[-1])
+
+    def owners(self) -> list[tuple[nn.Parameter, torch.Tensor, bool]]:
+        """Each parameter, the member that owns each of its entries (broadcastable to it), and
+        whether it steps at the member's `lr` (every hidden layer's weights, and a network
+        without BN's hidden biases) or at its `affine_lr` (the read-out, every gamma and beta:
+        what BN's scale invariance does not cover)."""
+        k = torch.arange(len(self.settings))
+        hidden = self.n_layers
+        found = [(w, k.view(-1, 1, 1), i < hidden) for i, w in enumerate(self.weights)]
+        found += [(b, k.view(-1, 1), i < len(self.biases) - 1) for i, b in enumerate(self.biases)]
+        for bn in self.norms:
+            found += [(p, k.repeat_interleave(self.hidden), False) for p in (bn.gamma, bn.beta)]
+        return found
+
+    def member(self, k: int) -> MNISTNet:
+        """Member k as a stand-alone MNISTNet in eval mode (its weights, BN parameters and
+        running statistics copied)."""
+        with training.seeded(0):  # the draws of a new net are overwritten; keep the global stream
+            net = MNISTNet(
+                batch_norm=self.batch_norm,
+                n_inputs=self.n_inputs,
+                n_layers=self.n_layers,
+                init_std=self.settings[k].init_std,
+            )
+        rows = slice(k * self.hidden, (k + 1) * self.hidden)
+        layers = [*net.linears, net.readout]
+        with torch.no_grad():
+            for layer, w in zip(layers, self.weights, strict=True):
+                layer.weight.copy_(w[k])
+            biased = [layer for layer in layers if layer.bias is not None]
+            for layer, b in zip(biased, self.biases, strict=True):
+                layer.bias.copy_(b[k])
+            for ours, stacked in zip(net.norms, self.norms, strict=True):
+                for name in ("gamma", "beta", "running_mean", "running_var"):
+                    getattr(ours, name).copy_(getattr(stacked, name)[rows])
+        return net.eval()
+
+
+@torch.no_grad()
+def standardise_start(nets: MNISTNets, x: torch.Tensor, which) -> None:
+    """Rescale each hidden layer of the members `which` (one bool a member) of networks without
+    BN, first to last, so that its nonlinearity inputs Wu + b have mean 0 and variance 1 per
+    unit over the images x: W <- W / sigma, b <- (b - mu) / sigma, with the layer's inputs u
+    those of the layers already rescaled. BN's normalisation done once, at the start, with the
+    statistics of the data set instead of each batch's, and never again (a data-dependent
+    initialisation)."""
+    which = torch.tensor(list(which), dtype=torch.bool)
+    if not which.any():
+        return
+    if nets.batch_norm:
+        raise ValueError("standardise_start rescales networks without BN")
+    h = x.expand(len(nets.settings), *x.shape)
+    for weight, bias in zip(nets.weights[:-1], nets.biases[:-1], strict=True):
+        pre = torch.bmm(h, weight.transpose(1, 2)) + bias.unsqueeze(1)
+        # (x - mu) / sigma = (W / sigma) u + (b - mu) / sigma; the other members keep (0, 1)
+        mu = torch.where(which[:, None], pre.mean(1), 0.0)
+        sigma = torch.where(which[:, None], pre.std(1, correction=0), 1.0)
+        weight.div_(sigma.unsqueeze(-1))
+        bias.sub_(mu).div_(sigma)
+        h = torch.sigmoid((pre - mu.unsqueeze(1)) / sigma.unsqueeze(1))
+
+
+class MemberSGD(torch.optim.Optimizer):
+    """Plain SGD for side-by-side members: an entry of member k moves by -rate_k * gradient,
+    rate_k its `lr`, or its `affine_lr` for the parameters BN's scale invariance does not cover
+    (every gamma and beta and the read-out); a member marked dead in `alive` does not move."""
+
+    def __init__(self, nets: MNISTNets, alive: torch.Tensor):
+        owned = nets.owners()
+        super().__init__([p for p, _, _ in owned], {})
+        lr = torch.tensor([s.lr for s in nets.settings])
+        affine = torch.tensor([s.lr if s.affine_lr is None else s.affine_lr for s in nets.settings])
+        self.rates = [(p, owner, lr if at_lr else affine) for p, owner, at_lr in owned]
+        self.alive = alive
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        for p, owner, rates in self.rates:
+            if p.grad is not None:
+                p.sub_(torch.where(self.alive[owner], rates[owner] * p.grad, 0.0))
+
+
+def train_mnist_nets(
+    digits: Digits,
+    settings,
+    *,
+    batch_norm: bool,
+    seed: int,
+    steps: int = 800,
+    batch_size: int = 60,
+    eval_every: int = 50,
+    band_every: int | None = None,
+    n_layers: int = 3,
+) -> list[Run]:
+    """Plain SGD on cross-entropy, as in the paper's MNIST experiment, for one sigmoid network
+    per `Setting`, side by side (`MNISTNets`) through the book's loop: one Run per setting.
+
+    The initial weights and the order of the batches follow `seed`, so networks of one seed
+    with and without BN, and at every setting, start from the same draw and see the same
+    batches. A network whose loss stops being finite stops updating (its history's `diverged`)
+    and is scored as it stands; the others carry on.
+
+    `affine_lr` is the learning rate of the parameters BN's scale invariance does not cover:
+    every gamma and beta and the read-out layer; the weights in front of the BN layers (and
+    every weight and bias of a network without BN but its read-out) take `lr`.
+
+    The percentile bands are recorded every `band_every` updates (a multiple of `eval_every`;
+    None: after the last update only) and after the last.
+
+    A setting with `standardised` (networks without BN only) starts from its weights rescaled
+    once, layer by layer, so that every nonlinearity input has mean 0 and variance 1 over the
+    training images (`standardise_start`): a normalisation without batch statistics.
+    """
+    settings = tuple(settings)
+    if not settings or not all(isinstance(s, Setting) for s in settings):
+        raise TypeError("settings must be a non-empty list of experiment.Setting")
+    for s in settings:
+        checks.number("lr", s.lr, low=0.0, low_open=True)
+        if s.affine_lr is not None:
+            checks.number("affine_lr", s.affine_lr, low=0.0, low_open=True)
+        checks.number("init_std", s.init_std, low=0.0, low_open=True)
+        checks.boolean("standardised", s.standardised)
+    checks.boolean("batch_norm", batch_norm)
+    if batch_norm and any(s.standardised for s in settings):
+        raise ValueError("a standardised start is a start for networks without BN")
+    for name, value in [
+        ("steps", steps),
+        ("batch_size", batch_size),
+        ("eval_every", eval_every),
+        ("n_layers", n_layers),
+    ]:
+        checks.integer(name, value)
+    checks.integer("seed", seed, 0)
+    if eval_every > steps:
+        raise ValueError(f"eval_every ({eval_every}) must not exceed steps ({steps})")
+    band_every = steps if band_every is None else checks.integer("band_every", band_every)
+    if band_every % eval_every and band_every != steps:
+        raise ValueError(
+            f"band_every ({band_every}) must be a multiple of eval_every ({eval_every})"
+        )
+    k = len(settings)
+    with training.seeded(seed):
+        nets = MNISTNets(
+            settings, batch_norm=batch_norm, n_inputs=digits.n_pixels, n_layers=n_layers
+        )
+    standardise_start(nets, digits.train_x, [s.standardised for s in settings])
+    alive = torch.ones(k, dtype=torch.bool)
+    diverged = [False] * k
+    last_loss = torch.full((k,), math.nan)
+    batches = minibatches(len(digits.train_x), batch_size, training.generator(seed, BATCHES))
+    bands: list[torch.Tensor] = []
+    band_steps: list[int] = []
+    evaluated = [0]  # evaluations so far
+
+    def loss_of_update(_: int) -> torch.Tensor:
+        index = next(batches)
+        logits = nets(digits.train_x[index])  # (members, B, classes)
+        losses = F.cross_entropy(
+            logits.transpose(1, 2), digits.train_y[index].expand(k, -1), reduction="none"
+        ).mean(1)
+        finite = torch.isfinite(losses.detach())
+        for j in torch.nonzero(alive & ~finite).flatten().tolist():
+            diverged[j] = True
+        alive.logical_and_(finite)
+        last_loss.copy_(torch.where(alive, losses.detach(), last_loss))
+        # The members' summed losses: each member's gradient is its own loss's.
+        return losses[alive].sum() if alive.any() else losses.sum()
+
+    def evaluate() -> dict[str, float]:
+        evaluated[0] += 1
+        step = min(evaluated[0] * eval_every, steps)
+        last_input = nets.nonlinearity_inputs(digits.test_x)[-1]  # (members, N, hidden)
+        if step % band_every == 0 or step == steps:
+            bands.append(torch.stack([percentile_band(z) for z in last_input]))
+            band_steps.append(step)
+        val = (nets(digits.val_x).argmax(-1) == digits.val_y).float().mean(1)
+        test = (nets.logits(last_input).argmax(-1) == digits.test_y).float().mean(1)
+        return {
+            f"{metric}/{j}": value
+            for metric, values in [
+                ("val_accuracy", val),
+                ("test_accuracy", test),
+                ("loss", last_loss),
+            ]
+            for j, value in enumerate(values.tolist())
+        }
+
+    history = training.train(
+        nets,
+        MemberSGD(nets, alive),
+        loss_of_update,
+        steps,
+        evaluate=evaluate,
+        eval_every=eval_every,
+        desc=f"{'BN' if batch_norm else 'no BN'}, {k} network(s)",
+    )
+    stacked = torch.stack(bands)  # (evaluations, members, 3, hidden)
+    runs = []
+    for j in range(k):
+        own = training.History()
+        own.diverged = diverged[j]
+        for e, step in enumerate(history.steps):
+            metrics = ("loss", "val_accuracy", "test_accuracy")
+            own.log(step, {m: history[f"{m}/{j}"][e] for m in metrics})
+        runs.append(Run(nets.member(j), own, stacked[:, j], list(band_steps)))
+    return runs
 
 
 def train_mnist_net(
@@ -123,84 +402,60 @@ def train_mnist_net(
     lr: float,
     *,
     batch_norm: bool,
-    activation: str = "sigmoid",
     seed: int,
     steps: int = 800,
     batch_size: int = 60,
     eval_every: int = 50,
+    band_every: int | None = None,
     affine_lr: float | None = None,
+    init_std: float = 0.1,
+    n_layers: int = 3,
 ) -> Run:
-    """Plain SGD on cross-entropy, as in the paper's MNIST experiment, through the book's loop.
-
-    The initial weights and the order of the batches follow `seed`, so runs of one seed with and
-    without BN start from the same weights and see the same batches. A run whose loss stops
-    being finite stops updating (`run.history.diverged`) and is scored as it stands.
-
-    `affine_lr` (default: `lr`) is the learning rate of the parameters BN's scale invariance
-    does not cover: every gamma and beta and the read-out layer; the weights in front of the
-    BN layers (and every weight and bias of a network without BN but its read-out) take `lr`.
-    """
-    checks.number("lr", lr, low=0.0, low_open=True)
-    if affine_lr is not None:
-        checks.number("affine_lr", affine_lr, low=0.0, low_open=True)
-    for name, value in [("steps", steps), ("batch_size", batch_size), ("eval_every", eval_every)]:
-        checks.integer(name, value)
-    checks.integer("seed", seed, 0)
-    if eval_every > steps:
-        raise ValueError(f"eval_every ({eval_every}) must not exceed steps ({steps})")
-    with training.seeded(seed):
-        model = MNISTNet(batch_norm=batch_norm, activation=activation, n_inputs=digits.n_pixels)
-    optimizer = torch.optim.SGD(parameter_groups(model, lr, affine_lr), lr=lr)
-    batches = minibatches(len(digits.train_x), batch_size, training.generator(seed, BATCHES))
-    bands: list[torch.Tensor] = []
-
-    def evaluate() -> dict[str, float]:
-        last_input = model.nonlinearity_inputs(digits.test_x)[-1]
-        bands.append(percentile_band(last_input))
-        return {
-            "val_accuracy": training.accuracy(model(digits.val_x), digits.val_y),
-            "test_accuracy": training.accuracy(model.logits(last_input), digits.test_y),
-        }
-
-    name = f"{'BN' if batch_norm else 'no BN'}, {activation}, lr {lr:g}"
-    history = training.train_classifier(
-        model,
-        digits.train_y,
-        optimizer,
-        steps,
-        batches=batches,
-        logits_of=lambda index: model(digits.train_x[index]),
-        evaluate=evaluate,
+    """One network of `train_mnist_nets`: plain SGD at `lr` (and `affine_lr`, see there)."""
+    (run,) = train_mnist_nets(
+        digits,
+        [Setting(lr, affine_lr, init_std)],
+        batch_norm=batch_norm,
+        seed=seed,
+        steps=steps,
+        batch_size=batch_size,
         eval_every=eval_every,
-        desc=name,
+        band_every=band_every,
+        n_layers=n_layers,
     )
-    return Run(model, history, torch.stack(bands))
-
-
-def parameter_groups(model: MNISTNet, lr: float, affine_lr: float | None) -> list[dict]:
-    """SGD's parameter groups: the linear layers in front of the nonlinearities at `lr`; the BN
-    layers' gamma and beta and the read-out layer at `affine_lr` (`lr` when None)."""
-    unscaled = [*model.norms.parameters(), *model.readout.parameters()]
-    return [
-        {"params": list(model.linears.parameters()), "lr": lr},
-        {"params": unscaled, "lr": lr if affine_lr is None else affine_lr},
-    ]
-
-
-def thinned(run: Run, every: int) -> Run:
-    """The run as if it had been evaluated every `every` updates (and after the last) only: its
-    history and bands at those evaluations, to compare runs logged on different schedules."""
-    checks.integer("every", every)
-    last = run.history.steps[-1]
-    keep = [i for i, step in enumerate(run.history.steps) if step % every == 0 or step == last]
-    history = training.History()
-    history.diverged = run.history.diverged
-    for i in keep:
-        history.log(run.history.steps[i], {k: v[i] for k, v in run.history.metrics.items()})
-    return Run(run.model, history, run.bands[keep])
+    return run
 
 
 # -- measuring the claims -----------------------------------------------------------------------
+
+
+def steps_to(run: Run, level: float, never: int) -> int:
+    """The first evaluation's update count at which the run's test accuracy is at least
+    `level`; `never` if it gets there at no evaluation."""
+    step = run.history.first_step_reaching("test_accuracy", level)
+    return never if step is None else step
+
+
+def chosen(scores: dict):
+    """The key with the best score (validation accuracy); of equals, the first in order."""
+    if not scores:
+        raise ValueError("no scores to choose from")
+    return max(scores, key=lambda key: scores[key])
+
+
+def correct(model: nn.Module, x: torch.Tensor, y: torch.Tensor, batch_size=None) -> torch.Tensor:
+    """1.0 for every image the model (in its current mode, `batch_size` images at a time)
+    classifies right, 0.0 for the others: (N,)."""
+    return (predictions(model, x, batch_size) == y).float()
+
+
+def paired_difference(a: torch.Tensor, b: torch.Tensor) -> tuple[float, float]:
+    """The mean of a - b over paired per-image values (N,) and its standard error,
+    std(a - b) / sqrt(N)."""
+    checks.tensor("a", a, "(N,)", dtype="floating")
+    checks.tensor("b", b, "(N,)", N=a.shape[0], dtype="floating")
+    difference = a - b
+    return difference.mean().item(), (difference.std() / len(difference) ** 0.5).item()
 
 
 def band_drift(bands: torch.Tensor) -> torch.Tensor:
@@ -242,10 +497,14 @@ def mode_gap(
     difference, paired over the images."""
     checks.integer("batch_size", batch_size, 2)
     with training.evaluating(model):
-        eval_correct = (predictions(model, x) == y).float()
-    train_correct = (predictions(batch_statistics_model(model), x, batch_size) == y).float()
-    difference = eval_correct - train_correct
-    return difference.mean().item(), (difference.std() / len(difference) ** 0.5).item()
+        eval_correct = correct(model, x, y)
+    return paired_difference(eval_correct, mode_correct(model, x, y, batch_size))
+
+
+def mode_correct(model: nn.Module, x: torch.Tensor, y: torch.Tensor, batch_size: int):
+    """`correct` in training mode: each image normalised with the statistics of its batch of
+    `batch_size` (the images in order), the model itself untouched."""
+    return correct(batch_statistics_model(model), x, y, batch_size)
 
 
 def batch_statistics_model(model: nn.Module) -> nn.Module:

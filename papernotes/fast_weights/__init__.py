@@ -123,10 +123,12 @@ class MatrixMemory:
 @dataclass(frozen=True)
 class FastWeightsTrace:
     """What a forward pass saw: the hidden states h(1..T) and the preliminary vectors
-    h_0(1..T), both (B, T, H)."""
+    h_0(1..T), both (B, T, H), and the memory as the last step left it, A(T) (a StateMemory or
+    a MatrixMemory: `memory.read(q)` is A(T) q)."""
 
     hidden: torch.Tensor
     preliminary: torch.Tensor
+    memory: StateMemory | MatrixMemory
 
 
 class FastWeightsRNN(nn.Module):
@@ -134,10 +136,10 @@ class FastWeightsRNN(nn.Module):
 
     forward(x) takes x of shape (B, T, input_size) and returns the hidden states (B, T, H) and
     the final hidden state (B, H). The slow weights are C (input, with a bias) and W
-    (recurrent), which starts at 0.5 * I, the book's choice (the paper's equations do not fix
-    the start): an identity-like start lets the state carry information across steps from the
-    first update. fast_lr = 0 switches the fast weights off; layer_norm=False drops LN; the
-    preliminary vector h_0 has no LN, as the paper's equations write it.
+    (recurrent), which starts at recurrent_init * I (0.5 by default, the book's choice; the
+    paper's equations do not fix the start). fast_lr = 0 switches the fast weights off;
+    layer_norm=False drops LN; the preliminary vector h_0 has no LN, as the paper's equations
+    write it.
 
     memory chooses how A(t) h is computed, with the same result: "attention" (the default,
     faster here) keeps the past states and uses the memory view, "matrix" keeps A itself.
@@ -155,6 +157,7 @@ class FastWeightsRNN(nn.Module):
         *,
         layer_norm: bool = True,
         memory: str = "attention",
+        recurrent_init: float = 0.5,
     ):
         super().__init__()
         self.input_size = checks.integer("input_size", input_size)
@@ -165,11 +168,12 @@ class FastWeightsRNN(nn.Module):
         self.decay, self.fast_lr = checked["decay"], checked["fast_lr"]
         self.inner_steps, self.memory = checked["inner_steps"], checked["memory"]
         checks.boolean("layer_norm", layer_norm)
+        checks.number("recurrent_init", recurrent_init, 0.0)
         self.input_weights = nn.Linear(input_size, hidden_size)  # C (and the bias)
         self.recurrent_weights = nn.Linear(hidden_size, hidden_size, bias=False)  # W
         self.norm = nn.LayerNorm(hidden_size) if layer_norm else nn.Identity()
         with torch.no_grad():
-            self.recurrent_weights.weight.copy_(0.5 * torch.eye(hidden_size))
+            self.recurrent_weights.weight.copy_(recurrent_init * torch.eye(hidden_size))
 
     @staticmethod
     def _checked_settings(**settings) -> dict:
@@ -232,7 +236,7 @@ class FastWeightsRNN(nn.Module):
             h, h0 = self.step(slow, memory)
             hidden.append(h)
             preliminary.append(h0)
-        return FastWeightsTrace(torch.stack(hidden, 1), torch.stack(preliminary, 1))
+        return FastWeightsTrace(torch.stack(hidden, 1), torch.stack(preliminary, 1), memory)
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         hidden = self.trace(x).hidden

@@ -76,9 +76,65 @@ def inner_loop_queries_with_the_slow_state():
     m.FastWeightsRNN.step = step
 
 
+def recurrent_weights_transposed():
+    """The slow drive uses h(t) W instead of W h(t): the recurrent matrix is read the wrong way
+    round (invisible while W is the symmetric 0.5 I it starts at)."""
+
+    def trace(self, x):
+        m.checks.tensor("x", x, "(B, T, D)", dtype="floating", D=self.input_size)
+        drive = self.input_weights(x)
+        h = x.new_zeros(x.shape[0], self.hidden_size)
+        memory = (m.StateMemory if self.memory == "attention" else m.MatrixMemory)(
+            h, self.decay, self.fast_lr
+        )
+        hidden, preliminary = [], []
+        for t in range(x.shape[1]):
+            slow = torch.addmm(drive[:, t], h, self.recurrent_weights.weight)  # h W, not W h
+            h, h0 = self.step(slow, memory)
+            hidden.append(h)
+            preliminary.append(h0)
+        return m.FastWeightsTrace(torch.stack(hidden, 1), torch.stack(preliminary, 1), memory)
+
+    m.FastWeightsRNN.trace = trace
+
+
+def layer_norm_without_its_gain_and_bias():
+    """The inner loop normalises without LN's learned gain and bias (invisible while they sit
+    at their start, 1 and 0)."""
+
+    def step(self, slow, memory):
+        preliminary = F.relu(slow)
+        h = preliminary
+        for _ in range(self.inner_steps):
+            fast = memory.read(h) if self.fast_lr > 0 else 0.0
+            h = F.relu(F.layer_norm(slow + fast, (self.hidden_size,)))
+        if self.fast_lr > 0:
+            memory.write(h)
+        return h, preliminary
+
+    m.FastWeightsRNN.step = step
+
+
+def inner_loop_runs_once_whatever_S():
+    """The inner loop makes one step whatever S says (invisible at S = 1)."""
+
+    def step(self, slow, memory):
+        preliminary = F.relu(slow)
+        fast = memory.read(preliminary) if self.fast_lr > 0 else 0.0
+        h = F.relu(self.norm(slow + fast))
+        if self.fast_lr > 0:
+            memory.write(h)
+        return h, preliminary
+
+    m.FastWeightsRNN.step = step
+
+
 MUTANTS = [
     memory_one_step_late,
     one_memory_for_the_whole_batch,
     decay_on_the_new_outer_product,
     inner_loop_queries_with_the_slow_state,
+    recurrent_weights_transposed,
+    layer_norm_without_its_gain_and_bias,
+    inner_loop_runs_once_whatever_S,
 ]
