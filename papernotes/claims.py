@@ -105,15 +105,10 @@ __all__ = [
 class Claims:
     """The claims of one chapter, in the order the chapter states them."""
 
-    def __init__(self, chapter_slug: str, *, waive_unmet: str | None = None):
-        """`waive_unmet`, one line, is the waiver of every row of a chapter not yet brought to
-        the standard that breaks it (each such row is shown and counted as waived, as if it
-        carried the waiver itself); a row that meets the standard gets none, and a row that
-        fails its condition, or that a null passes, still fails."""
+    def __init__(self, chapter_slug: str):
         if not chapter_slug or not chapter_slug.isidentifier():
             raise ValueError(f"chapter slug must be a name like 'batch_norm'; got {chapter_slug!r}")
         self.chapter = chapter_slug
-        self.waive_unmet = one_line(chapter_slug, "waive_unmet", waive_unmet)
         self.items: list[Claim] = []
 
     def add(
@@ -202,10 +197,7 @@ class Claims:
         return self._append(claim)
 
     def _append(self, claim: Claim) -> Claim:
-        breaches = breaches_of(claim)
-        if breaches and claim.waiver is None and self.waive_unmet is not None:
-            claim = Claim(**{**claim.__dict__, "waiver": self.waive_unmet})
-        claim = Claim(**{**claim.__dict__, "breaches": breaches})
+        claim = Claim(**{**claim.__dict__, "breaches": breaches_of(claim)})
         self.items.append(claim)
         return claim
 

@@ -503,18 +503,3 @@ def test_a_waiver_marks_a_row_short_of_the_standard_and_must_go_when_it_is_met(r
     # and a waiver on a row that meets the standard is itself a problem
     unneeded = headline(Claims("demo"), nulls={"n": 0.1}, waiver="w")
     assert unneeded.failed and "remove the waiver" in unneeded.problems[0]
-
-
-def test_a_chapter_short_of_the_standard_waives_its_unmet_rows_and_only_those(records):
-    claims = Claims("demo", waive_unmet="rows to gain nulls")
-    short = headline(claims, nulls=None, bound_from=None, bound_why=None)
-    met = headline(claims, nulls={"n": 0.1})
-    assert short.waiver == "rows to gain nulls" and not short.failed and len(short.waived) == 2
-    assert met.waiver is None and not met.failed
-    # the numbers still decide: a failing row fails under the chapter's waiver too
-    assert headline(claims, measured=0.7, nulls=None).failed
-    # and the test split is never waived
-    on_test = headline(claims, arms=[arm("A", split="test")])
-    assert on_test.failed and "test split" in on_test.problems[0]
-    with pytest.raises(ValueError, match="one line"):
-        Claims("demo", waive_unmet="two\nlines")
