@@ -1,6 +1,7 @@
 """Unit tests of papernotes.hypercolumns: the hypercolumn against torch's own interpolation and
 hand-made maps, linearity (classify then upsample), the location-specific classifiers against a
-plain 1 x 1 convolution and their grid-cell centres, the data, and the segmentation measures."""
+plain 1 x 1 convolution and their grid-cell centres, their probabilities (not their scores)
+blended, the data, the nulls' own code against the mechanism, and the segmentation measures."""
 
 import math
 
@@ -130,7 +131,7 @@ def test_one_cell_is_a_plain_1x1_convolution():
     w = classifier.weight[0, 0] / classifier.feature_std  # (n, D): the standardisation folded in
     b = classifier.bias[0, 0] - w @ classifier.feature_mean
     conv = F.conv2d(h, w[:, :, None, None], b)
-    assert torch.allclose(classifier(h), conv, atol=1e-10)
+    assert torch.allclose(classifier(h), conv.softmax(1), atol=1e-10)
 
 
 def test_a_pixel_at_a_cells_centre_gets_exactly_that_cells_classifier():
@@ -139,7 +140,7 @@ def test_a_pixel_at_a_cells_centre_gets_exactly_that_cells_classifier():
     classifier = random_classifier(6, grid=grid, seed=4)
     h = randn(1, 6, size, size, seed=5)
     out = classifier(h)
-    per_cell = classifier.per_cell(h, torch.zeros(1, dtype=torch.long))  # (1, K^2, n, H, W)
+    per_cell = classifier.per_cell(h, torch.zeros(1, dtype=torch.long)).softmax(2)
     for row, r in enumerate((2, 7, 12)):
         for col, c in enumerate((2, 7, 12)):
             assert torch.allclose(out[0, :, r, c], per_cell[0, row * grid + col, :, r, c])
@@ -147,6 +148,29 @@ def test_a_pixel_at_a_cells_centre_gets_exactly_that_cells_classifier():
     # 0.4 of the way from the centre of cell 0 (pixel 2) to that of cell 1 (pixel 7).
     mix = 0.6 * per_cell[0, 0, :, 2, 4] + 0.4 * per_cell[0, 1, :, 2, 4]
     assert torch.allclose(out[0, :, 2, 4], mix, atol=1e-12)
+
+
+def test_the_cells_probabilities_are_blended_not_their_scores():
+    # Two cells of one row (K = 2 on a 1 x 4 strip is not square; use 4 x 4 and read row 0):
+    # cell 0 says figure with score +10, cell 1 ground with -2. Midway (weights 1/2, 1/2) the
+    # paper's blend is (sigmoid(10) + sigmoid(-2)) / 2 = 0.56, figure; blending the scores
+    # first would give sigmoid(4) = 0.98.
+    standardizer = Standardizer(torch.zeros(1), torch.ones(1))
+    classifier = hc.LocationClassifier(1, standardizer, grid=2).double()
+    with torch.no_grad():
+        classifier.bias.zero_()
+        classifier.bias[0, [0, 2], 1] = 10.0
+        classifier.bias[0, [1, 3], 1] = -2.0
+    beta = torch.tensor([[0.5, 0.5, 0.0, 0.0]], dtype=torch.float64)
+    p = classifier.at_pixels(torch.zeros(1, 1, dtype=torch.float64), beta).exp()[0, 1]
+    expected = (
+        torch.sigmoid(torch.tensor(10.0, dtype=torch.float64))
+        + torch.sigmoid(torch.tensor(-2.0, dtype=torch.float64))
+    ) / 2
+    assert p.item() == pytest.approx(expected.item(), abs=1e-9)
+    assert abs(p.item() - torch.sigmoid(torch.tensor(4.0)).item()) > 0.3
+    whole = classifier(torch.zeros(1, 1, 4, 4, dtype=torch.float64))
+    assert torch.allclose(whole.sum(1), torch.ones(1, 4, 4, dtype=torch.float64))
 
 
 def test_interpolation_weights_are_bilinear_and_sum_to_one():
@@ -167,8 +191,8 @@ def test_sampled_pixels_get_the_same_logits_as_the_whole_map():
     rows = torch.tensor([0, 5, 11, 23])
     cols = torch.tensor([3, 23, 12, 0])
     beta = hc.interpolation_weights(3, (24, 24)).double()[:, rows, cols].T
-    pixels = classifier.at_pixels(h[1, :, rows, cols].T, beta)
-    assert torch.allclose(pixels, classifier(h)[1, :, rows, cols].T, atol=1e-12)
+    pixels = classifier.at_pixels(h[1, :, rows, cols].T, beta)  # log-probabilities
+    assert torch.allclose(pixels.exp(), classifier(h)[1, :, rows, cols].T, atol=1e-12)
 
 
 def test_each_window_gets_the_classifiers_of_its_own_category():
@@ -188,7 +212,7 @@ def test_each_window_gets_the_classifiers_of_its_own_category():
     rows, cols = torch.tensor([3, 20]), torch.tensor([7, 1])
     beta = hc.interpolation_weights(3, (24, 24)).double()[:, rows, cols].T
     pixels = classifier.at_pixels(h[0, :, rows, cols].T, beta, torch.tensor([2, 2]))
-    assert torch.allclose(pixels, out[0, :, rows, cols].T, atol=1e-12)
+    assert torch.allclose(pixels.exp(), out[0, :, rows, cols].T, atol=1e-12)
 
 
 def test_categories_are_required_with_several_sets_and_must_name_one():
@@ -259,9 +283,9 @@ def test_classify_then_upsample_rejects_a_mismatched_classifier():
 
 
 def test_generated_shapes_are_reproducible_and_follow_their_masks():
-    a = experiment.generate_shapes(400, noise=0.3, clutter=False, generator=gen(10))
-    b = experiment.generate_shapes(400, noise=0.3, clutter=False, generator=gen(10))
-    c = experiment.generate_shapes(400, noise=0.3, clutter=False, generator=gen(11))
+    a = experiment.generate_shapes(400, noise=0.3, pair=False, generator=gen(10))
+    b = experiment.generate_shapes(400, noise=0.3, pair=False, generator=gen(10))
+    c = experiment.generate_shapes(400, noise=0.3, pair=False, generator=gen(11))
     assert torch.equal(a.images, b.images) and not torch.equal(a.images, c.images)
     assert a.images.shape == (400, 1, 24, 24) and a.masks.shape == (400, 24, 24)
     assert set(a.labels.tolist()) == {0, 1, 2}
@@ -274,9 +298,9 @@ def test_generated_shapes_are_reproducible_and_follow_their_masks():
 
 def test_shape_areas_match_their_geometry():
     # Without noise: circle pi r^2, square (1.6 r)^2, equilateral triangle (3 sqrt 3 / 4) r^2,
-    # for radii uniform in [0.2, 0.35] * 24; E[r^2] = (b^3 - a^3) / (3 (b - a)).
-    data = experiment.generate_shapes(3000, noise=0.0, clutter=False, generator=gen(12))
-    a, b = 0.2 * 24, 0.35 * 24
+    # for radii uniform in [0.2, 0.26] * 24; E[r^2] = (b^3 - a^3) / (3 (b - a)).
+    data = experiment.generate_shapes(3000, noise=0.0, pair=False, generator=gen(12))
+    a, b = 0.2 * 24, 0.26 * 24
     mean_r2 = (b**3 - a**3) / (3 * (b - a))
     areas = data.masks.sum((1, 2)).double()
     for label, factor in enumerate((math.pi, 1.6**2, 3 * math.sqrt(3) / 4)):
@@ -284,24 +308,34 @@ def test_shape_areas_match_their_geometry():
         assert measured == pytest.approx(factor * mean_r2, rel=0.05), experiment.SHAPES[label]
 
 
-def test_clutter_is_a_bright_corner_shape_outside_the_mask():
-    plain = experiment.generate_shapes(500, noise=0.0, clutter=False, generator=gen(20))
-    cluttered = experiment.generate_shapes(500, noise=0.0, generator=gen(20))
-    bright = cluttered.images[:, 0] > 0
-    assert torch.equal(bright & cluttered.masks.bool(), cluttered.masks.bool())
-    extra = bright & ~cluttered.masks.bool()
-    assert extra.any((1, 2)).float().mean() > 0.9  # nearly every window has its clutter
-    # The clutter of a window lies in one quadrant only.
-    quadrants = torch.stack(
-        [
-            extra[:, r, c].any((1, 2))
-            for r in (slice(0, 12), slice(12, 24))
-            for c in (slice(0, 12), slice(12, 24))
-        ],
-        dim=1,
-    )
-    assert (quadrants.sum(1) <= 1).float().mean() > 0.95
-    assert not plain.images[:, 0][~plain.masks.bool()].any()
+def test_a_pair_is_two_equally_bright_shapes_across_the_middle():
+    data = experiment.generate_shapes(500, noise=0.0, generator=gen(20))
+    figure = data.masks.bool()
+    bright = data.images[:, 0] > 0
+    assert torch.equal(bright & figure, figure)
+    ground = bright & ~figure
+    assert ground.any((1, 2)).all()  # every window has its other shape
+    # As bright as each other: one brightness per window.
+    for i in range(20):
+        assert data.images[i, 0][bright[i]].unique().numel() == 1
+    # On either side of the middle: the centres of mass lie about 0.27 * 24 = 6.5 pixels from
+    # the window's centre, in opposite directions.
+    coords = torch.arange(24.0) + 0.5
+
+    def centre(m):
+        m = m.float()
+        total = m.sum((1, 2))
+        return (
+            torch.stack([(m.sum(2) * coords).sum(1), (m.sum(1) * coords).sum(1)], 1)
+            / total[:, None]
+        )
+
+    f, g = centre(figure) - 12, centre(ground) - 12
+    assert f.norm(dim=1).mean().item() == pytest.approx(6.5, abs=1.0)
+    assert ((f * g).sum(1) < 0).float().mean() > 0.95
+    assert set(data.labels.tolist()) == {0, 1, 2}
+    # The figure is not always on one side: its direction is drawn uniformly.
+    assert (f[:, 1] > 0).float().mean().item() == pytest.approx(0.5, abs=0.08)
 
 
 def test_generate_shapes_rejects_bad_arguments():
@@ -309,8 +343,8 @@ def test_generate_shapes_rejects_bad_arguments():
         experiment.generate_shapes(0)
     with pytest.raises(ValueError, match="noise"):
         experiment.generate_shapes(5, noise=-1.0)
-    with pytest.raises(TypeError, match="clutter"):
-        experiment.generate_shapes(5, clutter=1)
+    with pytest.raises(TypeError, match="pair"):
+        experiment.generate_shapes(5, pair=1)
 
 
 def test_shapenet_maps_have_strides_1_4_8_and_a_global_top():
@@ -325,8 +359,8 @@ def test_shapenet_maps_have_strides_1_4_8_and_a_global_top():
 
 
 def test_pretraining_learns_the_shapes_and_freezes_the_network():
-    data = experiment.generate_shapes(600, noise=0.1, generator=gen(13))
-    val = experiment.generate_shapes(200, noise=0.1, generator=gen(14))
+    data = experiment.generate_shapes(600, noise=0.1, pair=False, generator=gen(13))
+    val = experiment.generate_shapes(200, noise=0.1, pair=False, generator=gen(14))
     model, history = experiment.pretrain(data, seed=0, steps=120, val=val)
     assert history.final("val_accuracy") > 0.6  # chance is 1/3
     assert not any(p.requires_grad for p in model.parameters())
@@ -362,6 +396,8 @@ def test_a_pixel_classifier_learns_a_separable_rule():
     beta = hc.interpolation_weights(2, (10, 10))[:, positions[:, 0], positions[:, 1]].T
     accuracy = (classifier.at_pixels(features, beta).argmax(1) == labels).float().mean()
     assert accuracy > 0.98
+    plain, _ = experiment.train_pixel_classifier(sample, grid=2, seed=0, steps=150, reference=True)
+    assert (plain.at_pixels(features, beta).argmax(1) == labels).float().mean() > 0.98
     assert not history.diverged
     with pytest.raises(ValueError, match="sample.labels"):
         experiment.train_pixel_classifier(
@@ -449,21 +485,29 @@ def test_predicted_masks_follow_the_classifier():
         experiment.predict_masks(net, classifier, data.images[:, 0], ["conv1"])
 
 
-def test_paired_iou_difference_on_hand_made_windows():
+def test_paired_difference_on_hand_made_windows():
     truth = torch.zeros(4, 2, 2, dtype=torch.long)
     truth[:, 0] = 1  # two figure pixels per window
     first = truth.clone()
     second = truth.clone()
     second[:, 0, 1] = 0  # misses one of them: IoU 1/2
-    difference, error = experiment.paired_iou_difference(first, second, truth, generator=gen(28))
+    difference, error = experiment.paired_difference(first, second, truth, generator=gen(28))
     assert difference == pytest.approx(0.5)
     assert error == pytest.approx(0.0, abs=1e-12)  # every window the same: no spread
     second[0] = truth[0]  # now one window of four is right: the resamples disagree
-    difference, error = experiment.paired_iou_difference(first, second, truth, generator=gen(29))
+    difference, error = experiment.paired_difference(first, second, truth, generator=gen(29))
     assert difference == pytest.approx(1 - 5 / 8)
     assert error > 0.05
-    same, none = experiment.paired_iou_difference(first, first, truth)
+    same, none = experiment.paired_difference(first, first, truth)
     assert same == 0.0 and none == 0.0
+    # In the boundary band: every figure pixel of a 2 x 2 window with one figure row is in it,
+    # and so is every ground pixel. `second` is wrong on one of four band pixels in 3 windows.
+    band_gain, _ = experiment.paired_difference(
+        first, second, truth, measure="boundary_accuracy", generator=gen(29)
+    )
+    assert band_gain == pytest.approx(1 - 13 / 16)
+    with pytest.raises(ValueError, match="measure"):
+        experiment.paired_difference(first, second, truth, measure="dice")
 
 
 def test_most_correlated_channel_finds_the_channel_that_follows_the_mask_either_way():
@@ -478,3 +522,98 @@ def test_most_correlated_channel_finds_the_channel_that_follows_the_mask_either_
     assert experiment.most_correlated_channel(maps, data.masks) == 1
     with pytest.raises(ValueError, match="layer_map"):
         experiment.most_correlated_channel(noise[:3], data.masks)
+
+
+# -- the nulls' own code --------------------------------------------------------------------------
+
+
+def test_the_nulls_own_code_computes_what_the_mechanism_does():
+    maps = [m.float() for m in pyramid(channels=(3, 4, 5), seed=50)] + [
+        randn(2, 6, 1, 1, seed=53).float()
+    ]
+    layers = ["conv1", "pool3", "gap"]
+    picked = experiment.plain_select(maps, layers)
+    assert [m.shape[1] for m in picked] == [m.shape[1] for m in hc.select(maps, layers)]
+    h = experiment.plain_hypercolumns(picked, (24, 24))
+    assert torch.allclose(h, hc.hypercolumns(hc.select(maps, layers), 24), atol=1e-6)
+    assert torch.allclose(experiment.plain_weights(3, (24, 24)), hc.interpolation_weights(3, 24))
+    mechanism = random_classifier(h.shape[1], grid=3, seed=51, n_categories=3, dtype=torch.float32)
+    plain = experiment.PlainLocationClassifier(
+        h.shape[1],
+        Standardizer(mechanism.feature_mean, mechanism.feature_std),
+        grid=3,
+        n_categories=3,
+    )
+    plain.load_state_dict(mechanism.state_dict())
+    categories = torch.tensor([1, 2])
+    assert torch.allclose(plain(h, categories), mechanism(h, categories), atol=1e-6)
+    rows, cols = torch.tensor([0, 9, 23]), torch.tensor([5, 11, 2])
+    beta = hc.interpolation_weights(3, 24)[:, rows, cols].T
+    pixels = h[0, :, rows, cols].T
+    c = torch.tensor([1, 1, 1])
+    assert torch.allclose(
+        plain.at_pixels(pixels, beta, c), mechanism.at_pixels(pixels, beta, c), atol=1e-5
+    )
+
+
+def test_raw_pixels_sit_at_the_networks_strides():
+    x = torch.arange(2 * 24 * 24, dtype=torch.float32).view(2, 1, 24, 24)
+    shapes = [tuple(m.shape) for m in experiment.RawPixels().feature_maps(x)]
+    assert shapes == [(2, 1, 24, 24), (2, 1, 6, 6), (2, 1, 3, 3), (2, 1, 1, 1)]
+    assert torch.allclose(experiment.RawPixels().feature_maps(x)[3][:, 0, 0, 0], x.mean((1, 2, 3)))
+
+
+def test_segment_keeps_the_best_rate_on_validation_and_the_nulls_code_agrees():
+    train = experiment.generate_shapes(40, generator=gen(60))
+    val = experiment.generate_shapes(10, generator=gen(65))
+    test = experiment.generate_shapes(10, generator=gen(61))
+    net = experiment.untrained(seed=2)
+    runs = [
+        experiment.segment(
+            net,
+            ["conv1", "gap"],
+            train,
+            val,
+            test,
+            grid=3,
+            seed=0,
+            pixel_generator=gen(62),
+            lrs=(0.001, 0.05),
+            n_pixels=2000,
+            steps=30,
+            reference=reference,
+        )
+        for reference in (False, True)
+    ]
+    for run in runs:
+        assert run.masks["test"].shape == (10, 24, 24)
+        assert set(run.scores["test"]) == {"iou", "accuracy", "boundary_accuracy"}
+        assert list(run.validation) == [0.001, 0.05]
+        assert run.validation[run.lr] == max(run.validation.values())
+        assert run.scores["val"]["iou"] == run.validation[run.lr]
+    # The same pixels, the same batches, the same math: the same masks, nearly to the pixel.
+    agree = (runs[0].masks["test"] == runs[1].masks["test"]).float().mean()
+    assert agree > 0.99
+    with pytest.raises(ValueError, match="lrs"):
+        experiment.segment(
+            net, ["gap"], train, val, test, grid=1, seed=0, pixel_generator=gen(63), lrs=()
+        )
+    with pytest.raises(ValueError, match="interpolation only"):
+        experiment.train_pixel_classifier(
+            experiment.sample_pixels(net, train, ["gap"], 100, generator=gen(64)),
+            seed=0,
+            interpolate=False,
+            reference=True,
+        )
+
+
+def test_plain_copy_holds_the_classifiers_weights_and_computes_the_same_blend():
+    classifier = random_classifier(12, grid=3, seed=70, n_categories=3, dtype=torch.float32)
+    plain = experiment.plain_copy(classifier)
+    assert isinstance(plain, experiment.PlainLocationClassifier)
+    h = hc.hypercolumns([m.float() for m in pyramid(seed=71)], 24)
+    categories = torch.tensor([0, 2])
+    assert torch.allclose(plain(h, categories), classifier(h, categories), atol=1e-6)
+    with torch.no_grad():
+        classifier.bias[..., 1].add_(1.0)  # a copy, not a view
+    assert not torch.allclose(plain(h, categories), classifier(h, categories), atol=1e-3)

@@ -4,12 +4,12 @@ Hariharan, Arbeláez, Girshick & Malik 2015, *Hypercolumns for Object Segmentati
 Fine-grained Localization*, CVPR (arXiv:1411.5752). Deep layers know *what* is in the image but
 their cells are large; shallow layers know *where* edges are but little else. The paper upsamples
 every layer's map to the image, stacks them at each pixel (the hypercolumn), and classifies each
-pixel with a grid of location-specific linear classifiers interpolated by the pixel's position;
-since upsampling and a linear classifier commute, it classifies the coarse maps first and
-upsamples the few outputs. The chapter (chapters/hypercolumns.ipynb, "The idea") derives each
-step; this module computes them in the paper's order. The per-channel standardisation of the
-features is `papernotes.data.Standardizer`; the chapter's data, network and measurements are in
-`papernotes.hypercolumns.experiment`.
+pixel with a grid of location-specific linear classifiers whose probabilities are interpolated
+by the pixel's position; since upsampling and a linear classifier commute, it classifies the
+coarse maps first and upsamples the few outputs. The chapter (chapters/hypercolumns.ipynb, "The
+idea") derives each step; this module computes them in the paper's order. The per-channel
+standardisation of the features is `papernotes.data.Standardizer`; the chapter's data, network
+and measurements are in `papernotes.hypercolumns.experiment`.
 
 Every function reads `upsample`, `hypercolumns` and `interpolation_weights` from this module
 when called, and the experiment reads `select` and `hypercolumns` through the module, so a
@@ -126,8 +126,11 @@ def cell_membership(grid: int, size: int | tuple[int, int]) -> torch.Tensor:
 
 
 class LocationClassifier(nn.Module):
-    """K x K linear classifiers over D-dimensional hypercolumns, n outputs each, interpolated by
-    pixel position, one such set per category (the detection's category picks it).
+    """K x K linear classifiers over D-dimensional hypercolumns, n outputs each, whose class
+    probabilities are interpolated by pixel position, one such set per category (the detection's
+    category picks it). Each cell's classifier turns its scores into probabilities (a softmax
+    over the n outputs; for n = 2 the paper's sigmoid of the score difference) and the pixel
+    mixes the probabilities, not the scores, as the paper does.
 
     `grid=1` is one linear classifier for every pixel (a 1 x 1 convolution); `n_categories=1`
     is one set for every window. The per-channel standardisation of the features is part of the
@@ -188,30 +191,33 @@ class LocationClassifier(nn.Module):
         return z + self.bias[categories][:, :, :, None, None]
 
     def forward(self, h: torch.Tensor, categories: torch.Tensor | None = None) -> torch.Tensor:
-        """Logits (B, n, H, W) of hypercolumn maps (B, D, H, W) of windows of `categories` (B,):
-        upsample, then classify."""
+        """Class probabilities (B, n, H, W) of hypercolumn maps (B, D, H, W) of windows of
+        `categories` (B,): upsample, then classify."""
         checks.tensor("h", h, "(B, D, H, W)", D=self.n_features, dtype="floating")
         return self.classify(h, self.categories_of(categories, h.shape[0]))
 
     def classify(self, h: torch.Tensor, categories: torch.Tensor) -> torch.Tensor:
         """`forward` on checked hypercolumn maps: every cell's classifier of the window's
-        category at every pixel, mixed by the pixel's bilinear weights among the cell centres."""
+        category at every pixel, its probabilities mixed by the pixel's bilinear weights among
+        the cell centres."""
         beta = interpolation_weights(self.grid, tuple(h.shape[-2:])).to(h.dtype)  # (K^2, H, W)
-        # y_i = sum_k beta_ik (W_ck h_i + b_ck)
-        return torch.einsum("khw,bkohw->bohw", beta, self.per_cell(h, categories))
+        # p_i = sum_k beta_ik softmax(W_ck h_i + b_ck)
+        return torch.einsum("khw,bkohw->bohw", beta, self.per_cell(h, categories).softmax(2))
 
     def at_pixels(
         self, h: torch.Tensor, beta: torch.Tensor, categories: torch.Tensor | None = None
     ) -> torch.Tensor:
-        """Logits (N, n) of sampled pixels: hypercolumns (N, D) with their weights (N, K^2) and
-        their windows' categories (N,)."""
+        """Log-probabilities (N, n) of sampled pixels: hypercolumns (N, D) with their weights
+        (N, K^2) and their windows' categories (N,). Cross-entropy on them is the negative
+        log-likelihood of the blended probabilities (they sum to one, so the softmax inside the
+        cross-entropy leaves them unchanged)."""
         c = self.categories_of(categories, h.shape[0])
         # W_ck h_i + b_ck for every category c and cell k (one matrix product), then the
         # pixel's own category's K^2 cells
         scores = self.standardize(h) @ self.weight.flatten(0, 2).T + self.bias.flatten()
         scores = scores.view(h.shape[0], *self.bias.shape)[torch.arange(h.shape[0]), c]
-        # y_i = sum_k beta_ik (...)
-        return (beta.unsqueeze(-1) * scores).sum(1)
+        # log p_i = log sum_k beta_ik softmax(...), summed in log space (log 0 = -inf drops a cell)
+        return torch.logsumexp(beta.log().unsqueeze(-1) + scores.log_softmax(-1), dim=1)
 
 
 # -- 3. classify, then upsample -------------------------------------------------------------------
@@ -224,11 +230,13 @@ def classify_then_upsample(
     align_corners: bool = False,
     categories: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """The classifier's logits (B, n, H, W) computed the paper's efficient way: each layer's
-    block of every cell's classifier (of the window's category) runs as a 1 x 1 convolution on
-    that layer's coarse map (standardised), the K^2 n output channels are upsampled and summed
-    over the layers, the biases added, and the cells combined with their bilinear weights.
-    Equal to `classifier(hypercolumns(feature_maps, size), categories)` by linearity."""
+    """The classifier's probabilities (B, n, H, W) computed the paper's efficient way: each
+    layer's block of every cell's classifier (of the window's category) runs as a 1 x 1
+    convolution on that layer's coarse map (standardised), the K^2 n output channels are
+    upsampled and summed over the layers, the biases added, each cell's scores turned into
+    probabilities and the cells combined with their bilinear weights. Equal to
+    `classifier(hypercolumns(feature_maps, size), categories)`: the scores by linearity, and
+    what follows is the same computation on the same scores."""
     size = _size(size)
     maps = _check_maps(feature_maps)
     checks.boolean("align_corners", align_corners)
@@ -264,6 +272,6 @@ def classify_coarse(
         start = stop
     # each window keeps its category's K^2 n channels
     out = out.view(-1, classifier.n_categories, k2, n, *size)[torch.arange(len(c)), c]
-    # y_i = sum_k beta_ik (...)
+    # p_i = sum_k beta_ik softmax(...)
     beta = interpolation_weights(classifier.grid, size).to(out.dtype)
-    return torch.einsum("khw,bkohw->bohw", beta, out)
+    return torch.einsum("khw,bkohw->bohw", beta, out.softmax(2))

@@ -1,15 +1,20 @@
 """The chapter's experiment on hypercolumns (chapters/hypercolumns.ipynb).
 
-Generated figure-ground data (a circle, square or triangle near the middle of a noisy window,
-with a smaller shape cut by a corner as clutter); a small CNN trained on the *image* label and
-frozen; per-pixel classifiers over hypercolumns of its top (gap) alone, top and middle (pool2),
-all three (with conv1), or the fine layer alone; their IoU and their accuracy in a band around
-the true boundaries. The mechanism is `papernotes.hypercolumns`, called through the module so
-that a patched mechanism (tests/mutants/hypercolumns.py) reaches every experiment.
+Generated figure-ground data: a network is pretrained to name the one shape (a circle, square
+or triangle) of a noisy window, then frozen; the segmentation windows hold two shapes of
+different kinds, equally bright, on either side of the middle, and the window's category names
+the one that is figure. Per-pixel classifiers over hypercolumns of its layers, alone or stacked,
+are scored by IoU and by their accuracy in a band around the true boundaries.
+
+The mechanism is `papernotes.hypercolumns`, called through the module so that a patched
+mechanism (tests/mutants/hypercolumns.py) reaches every run of the paper's arms. The chapter's
+nulls (the untrained network, raw pixels, the top layer alone) run on code of their own below
+("the nulls' own code"), the same computation written out in plain torch, so that no mutant of
+the mechanism reaches them; a unit test checks that the two agree on the unbroken mechanism.
 
 Arguments are checked at the entry points (`generate_shapes`, `ShapeNet`, `pretrain`,
 `sample_pixels`, `train_pixel_classifier`, `boundary_band`, `segmentation_scores`,
-`predict_masks`).
+`predict_masks`, `segment`, `paired_difference`).
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ from papernotes.training import (
 )
 
 SHAPES = ("circle", "square", "triangle")
+LAYERS = hypercolumns.LAYERS  # the names, bound once: the nulls' code reads them from here
 
 # The random streams of the training runs, each drawn from generator(seed, stream).
 PRETRAIN_BATCHES, PIXEL_BATCHES = 1, 5
@@ -42,8 +48,8 @@ PRETRAIN_BATCHES, PIXEL_BATCHES = 1, 5
 
 @dataclass(frozen=True)
 class Shapes:
-    """Images (N, 1, S, S), figure-ground masks (N, S, S) as int64 (1 = shape) and the shapes'
-    classes (N,) as indices into SHAPES."""
+    """Images (N, 1, S, S), figure-ground masks (N, S, S) as int64 (1 = figure) and the
+    figures' classes (N,) as indices into SHAPES: the category that names the figure."""
 
     images: torch.Tensor
     masks: torch.Tensor
@@ -57,43 +63,53 @@ def generate_shapes(
     n: int,
     *,
     size: int = 24,
-    noise: float = 0.3,
-    clutter: bool = True,
+    noise: float = 0.25,
+    pair: bool = True,
     generator: torch.Generator | None = None,
 ) -> Shapes:
-    """`n` windows of `size` x `size` pixels, each holding one shape near its middle.
+    """`n` windows of `size` x `size` pixels.
 
-    The shape (circle, square or triangle, equally likely) has a radius of 0.2 to 0.35 of the
-    window, its centre within 0.1 of the window from the middle, and a brightness of 0.6 to 1.4
-    over a background of 0; pixel noise N(0, `noise`^2) is added everywhere. The mask marks the
-    pixels whose centres fall inside the shape. With `clutter`, a second, smaller shape of any
-    kind (radius 0.15 to 0.25) sits near a random corner, cut by the window's border as a
-    neighbouring object in a detection box would be: it is as bright, and it is ground.
+    A shape (circle, square or triangle, equally likely) has a radius of 0.2 to 0.26 of the
+    window and a brightness of 0.6 to 1.4 over a background of 0; pixel noise N(0, `noise`^2)
+    is added everywhere. Without `pair` (the pretraining windows) a window holds one shape,
+    centred anywhere in the middle half of the window, and its mask and label are that shape's.
+    With `pair` (the segmentation windows) it holds two shapes of different kinds, as bright as
+    each other, centred 0.27 of the window on either side of the middle along a random direction
+    (each centre jittered by up to 0.04 of the window): the first is the figure, whose class is
+    the window's label, the other is ground (where they touch, the figure's pixels stay figure).
+    Neither brightness nor position tells figure from ground; only the kind of shape does.
     Everything random comes from `generator`.
     """
     n = checks.integer("n", n)
     size = checks.integer("size", size, 8)
     noise = checks.number("noise", noise, 0.0)
-    checks.boolean("clutter", clutter)
+    checks.boolean("pair", pair)
 
     def uniform(low, high):
         return low + (high - low) * torch.rand(n, 1, 1, generator=generator)
 
     labels = torch.randint(len(SHAPES), (n,), generator=generator)
-    radius = uniform(0.2, 0.35) * size
-    cy = size / 2 + uniform(-0.1, 0.1) * size
-    cx = size / 2 + uniform(-0.1, 0.1) * size
     brightness = uniform(0.6, 1.4)
-    masks = _shape_masks(labels, radius, cy, cx, size)
-    images = brightness * masks
-    if clutter:
-        kinds = torch.randint(len(SHAPES), (n,), generator=generator)
-        corner = torch.randint(2, (n, 2, 1, 1), generator=generator).float()
-        small = uniform(0.15, 0.25) * size
-        oy = (0.08 + 0.84 * corner[:, 0]) * size + uniform(-0.05, 0.05) * size
-        ox = (0.08 + 0.84 * corner[:, 1]) * size + uniform(-0.05, 0.05) * size
-        other = _shape_masks(kinds, small, oy, ox, size) & ~masks
-        images = images + uniform(0.6, 1.4) * other
+    if not pair:
+        radius = uniform(0.2, 0.26) * size
+        cy, cx = uniform(0.25, 0.75) * size, uniform(0.25, 0.75) * size
+        masks = _shape_masks(labels, radius, cy, cx, size)
+        images = brightness * masks
+    else:
+        others = (labels + torch.randint(1, len(SHAPES), (n,), generator=generator)) % len(SHAPES)
+        angle = uniform(0.0, 2 * math.pi)
+        dy, dx = 0.27 * size * torch.sin(angle), 0.27 * size * torch.cos(angle)
+        centres = [
+            (
+                size / 2 + sign * dy + uniform(-0.04, 0.04) * size,
+                size / 2 + sign * dx + uniform(-0.04, 0.04) * size,
+            )
+            for sign in (1, -1)
+        ]
+        radii = uniform(0.2, 0.26) * size, uniform(0.2, 0.26) * size
+        masks = _shape_masks(labels, radii[0], *centres[0], size)
+        ground = _shape_masks(others, radii[1], *centres[1], size) & ~masks
+        images = brightness * (masks | ground)
     images = images + noise * torch.randn(n, size, size, generator=generator)
     return Shapes(images.unsqueeze(1), masks.long(), labels)
 
@@ -188,10 +204,88 @@ def pretrain(
 
 def untrained(seed: int, channels: Sequence[int] = (8, 16, 32)) -> ShapeNet:
     """The ShapeNet that `pretrain(..., seed=seed)` starts from, frozen before any update: the
-    control whose features were never trained to recognise anything."""
+    null whose features were never trained to recognise anything."""
     with seeded(seed):
         model = ShapeNet(channels)
     return model.eval().requires_grad_(False)
+
+
+class RawPixels(nn.Module):
+    """The null without features: the window's own pixels at the resolutions of the network's
+    maps, the image itself (stride 1, in conv1's place), its averages over 4 x 4 and 8 x 8
+    blocks (strides 4 and 8, pool2's and pool3's places) and over the whole window (gap's)."""
+
+    channels = (1, 1, 1)
+
+    def feature_maps(self, x: torch.Tensor) -> list[torch.Tensor]:
+        return [x, F.avg_pool2d(x, 4), F.avg_pool2d(x, 8), x.mean((2, 3), keepdim=True)]
+
+
+# -- the nulls' own code: the same computation in plain torch, out of the mutants' reach --------
+
+
+def plain_select(maps: Sequence[torch.Tensor], layers: Sequence[str]) -> list[torch.Tensor]:
+    """`hypercolumns.select`, written again."""
+    return [m for name, m in zip(LAYERS, maps, strict=True) if name in layers]
+
+
+def plain_hypercolumns(maps: Sequence[torch.Tensor], size: tuple[int, int]) -> torch.Tensor:
+    """`hypercolumns.hypercolumns`, written again: bilinear upsampling, cells centred."""
+    return torch.cat(
+        [F.interpolate(m, size=size, mode="bilinear", align_corners=False) for m in maps], 1
+    )
+
+
+def plain_weights(grid: int, size: tuple[int, int]) -> torch.Tensor:
+    """`hypercolumns.interpolation_weights`, written again: (K^2, H, W)."""
+    one_hot = torch.eye(grid * grid, dtype=torch.float64).view(grid * grid, 1, grid, grid)
+    return F.interpolate(one_hot, size=size, mode="bilinear", align_corners=False)[:, 0].float()
+
+
+class PlainLocationClassifier(nn.Module):
+    """`hypercolumns.LocationClassifier`, written again for the nulls: per category, K x K
+    linear classifiers on standardised features, their softmax probabilities blended by the
+    bilinear weights. The same parameters, in the same layout, as the mechanism's."""
+
+    def __init__(self, n_features, standardizer, *, grid=1, n_outputs=2, n_categories=1):
+        super().__init__()
+        self.grid, self.n_categories = grid, n_categories
+        self.register_buffer("feature_mean", standardizer.mean.clone())
+        self.register_buffer("feature_std", standardizer.std.clone())
+        shape = (n_categories, grid**2, n_outputs)
+        self.weight = nn.Parameter(torch.zeros(*shape, n_features))
+        self.bias = nn.Parameter(torch.zeros(*shape))
+
+    def at_pixels(self, h, beta, categories=None):
+        c = torch.zeros(len(h), dtype=torch.long) if categories is None else categories
+        z = (h - self.feature_mean) / self.feature_std
+        every = z @ self.weight.flatten(0, 2).T + self.bias.flatten()  # every category's cells
+        scores = every.view(len(h), *self.bias.shape)[torch.arange(len(h)), c]
+        return (beta.unsqueeze(-1) * scores.softmax(-1)).sum(1).clamp_min(1e-30).log()
+
+    def forward(self, h, categories=None):
+        c = torch.zeros(len(h), dtype=torch.long) if categories is None else categories
+        z = (h - self.feature_mean.view(1, -1, 1, 1)) / self.feature_std.view(1, -1, 1, 1)
+        scores = torch.einsum("bdhw,bkod->bkohw", z, self.weight[c])
+        scores = scores + self.bias[c][..., None, None]
+        beta = plain_weights(self.grid, tuple(h.shape[-2:])).to(h.dtype)
+        return torch.einsum("khw,bkohw->bohw", beta, scores.softmax(2))
+
+
+def plain_copy(classifier: hypercolumns.LocationClassifier) -> PlainLocationClassifier:
+    """The nulls' own classifier holding a LocationClassifier's weights: the same classifiers,
+    computed by the experiment's code (to check the mechanism's blend against)."""
+    n_categories, k2, n_outputs, n_features = classifier.weight.shape
+    standardizer = Standardizer(classifier.feature_mean, classifier.feature_std)
+    plain = PlainLocationClassifier(
+        n_features,
+        standardizer,
+        grid=round(k2**0.5),
+        n_outputs=n_outputs,
+        n_categories=n_categories,
+    )
+    plain.load_state_dict(classifier.state_dict())
+    return plain.to(classifier.weight.dtype).eval().requires_grad_(False)
 
 
 # -- training a classifier on sampled pixels ------------------------------------------------------
@@ -201,7 +295,7 @@ def untrained(seed: int, channels: Sequence[int] = (8, 16, 32)) -> ShapeNet:
 class PixelSample:
     """Hypercolumns (N, D) of sampled pixels, their labels (N,), their positions (N, 2) as
     (row, column), the window size, and (optionally) the index of each pixel's image (N,) and
-    its window's category, the shape class (N,)."""
+    its window's category, the figure's class (N,)."""
 
     features: torch.Tensor
     labels: torch.Tensor
@@ -211,18 +305,32 @@ class PixelSample:
     categories: torch.Tensor | None = None
 
 
+def _stacked(model, images, layers, size, reference: bool) -> torch.Tensor:
+    """The hypercolumn maps (B, D, H, W) of `layers` of the frozen model on the images: through
+    the mechanism, or through the nulls' own code (`reference`)."""
+    maps = model.feature_maps(images)
+    if reference:
+        return plain_hypercolumns(plain_select(maps, layers), size)
+    return hypercolumns.hypercolumns(hypercolumns.select(maps, layers), size)
+
+
 def sample_pixels(
-    model: ShapeNet,
+    model: nn.Module,
     data: Shapes,
     layers: Sequence[str],
     n_pixels: int,
     *,
     generator: torch.Generator | None = None,
     chunk: int = 64,
+    reference: bool = False,
 ) -> PixelSample:
     """`n_pixels` pixels drawn uniformly (with replacement) from all pixels of `data`, with
-    their hypercolumns over `layers` of the frozen `model`."""
+    their hypercolumns over `layers` of the frozen `model` (a ShapeNet, or RawPixels);
+    `reference`: stacked by the nulls' own code instead of the mechanism."""
     n_pixels = checks.integer("n_pixels", n_pixels)
+    checks.boolean("reference", reference)
+    if isinstance(layers, str) or not layers or any(name not in LAYERS for name in layers):
+        raise ValueError(f"layers must be a non-empty list of names from {LAYERS}; got {layers!r}")
     size = tuple(data.masks.shape[-2:])
     n, h, w = len(data), *size
     flat = torch.randint(n * h * w, (n_pixels,), generator=generator)
@@ -232,8 +340,7 @@ def sample_pixels(
         for start in range(0, n, chunk):
             stop = min(start + chunk, n)
             mine = (image >= start) & (image < stop)
-            maps = hypercolumns.select(model.feature_maps(data.images[start:stop]), layers)
-            cols = hypercolumns.hypercolumns(maps, size)
+            cols = _stacked(model, data.images[start:stop], layers, size, reference)
             parts.append((mine.nonzero()[:, 0], cols[image[mine] - start, :, row[mine], col[mine]]))
     features = torch.empty(n_pixels, parts[0][1].shape[1])
     for index, values in parts:
@@ -254,21 +361,28 @@ def train_pixel_classifier(
     batch_size: int = 2048,
     lr: float = 0.05,
     weight_decay: float = 1e-4,
-) -> tuple[hypercolumns.LocationClassifier, History]:
-    """Fit a LocationClassifier (standardiser from the sample) by Adam on cross-entropy over
-    minibatches of the sampled pixels; returns it in eval mode, gradients off.
+    decay: bool = False,
+    reference: bool = False,
+) -> tuple[nn.Module, History]:
+    """Fit a LocationClassifier (standardiser from the sample) by Adam on the negative
+    log-likelihood of its blended probabilities over minibatches of the sampled pixels; returns
+    it in eval mode, gradients off.
 
     `per_category`: one set of K x K classifiers per shape class, the window's class picking
     it (the sample's `categories`); otherwise one set for every window. `interpolate`: train
     through the bilinear mix of the classifiers, as the test does; otherwise train each cell's
     classifier on the pixels of its own cell (`hypercolumns.cell_membership`) and interpolate
-    at test time only, as the paper's system without fine-tuning does.
+    at test time only, as the paper's system without fine-tuning does. `reference`: the nulls'
+    own classifier and weights (`PlainLocationClassifier`, `plain_weights`), interpolated.
     """
     d = checks.tensor("sample.features", sample.features, "(N, D)", dtype="floating")
     checks.tensor("sample.labels", sample.labels, "(N,)", N=d["N"])
     grid = checks.integer("grid", grid)
     checks.boolean("per_category", per_category)
     checks.boolean("interpolate", interpolate)
+    checks.boolean("reference", reference)
+    if reference and not interpolate:
+        raise ValueError("the nulls' own code trains through the interpolation only")
     lr = checks.number("lr", lr, 0.0, low_open=True)
     categories = None
     if per_category:
@@ -277,27 +391,40 @@ def train_pixel_classifier(
         checks.tensor("sample.categories", sample.categories, "(N,)", N=d["N"])
         categories = sample.categories
     standardizer = Standardizer.fit(sample.features)
-    classifier = hypercolumns.LocationClassifier(
+    kind = PlainLocationClassifier if reference else hypercolumns.LocationClassifier
+    classifier = kind(
         d["D"],
         standardizer,
         grid=grid,
         n_outputs=2,
         n_categories=len(SHAPES) if per_category else 1,
     )
-    weights = hypercolumns.interpolation_weights if interpolate else hypercolumns.cell_membership
+    if reference:
+        weights = plain_weights
+    elif interpolate:
+        weights = hypercolumns.interpolation_weights
+    else:
+        weights = hypercolumns.cell_membership
     beta_maps = weights(grid, sample.size)  # (K^2, H, W)
     beta = beta_maps[:, sample.positions[:, 0], sample.positions[:, 1]].T  # (N, K^2)
     batches = minibatches(d["N"], min(batch_size, d["N"]), generator(seed, stream=PIXEL_BATCHES))
     optimizer = torch.optim.Adam(classifier.parameters(), lr=lr, weight_decay=weight_decay)
+    updates = iter(range(steps))
+
+    def logits_of(index):
+        # the rate falls linearly from lr to lr / steps over the updates
+        if decay:
+            optimizer.param_groups[0]["lr"] = lr * (1 - next(updates) / steps)
+        c = None if categories is None else categories[index]
+        return classifier.at_pixels(sample.features[index], beta[index], c)
+
     history = train_classifier(
         classifier,
         sample.labels,
         optimizer,
         steps,
         batches=batches,
-        logits_of=lambda index: classifier.at_pixels(
-            sample.features[index], beta[index], None if categories is None else categories[index]
-        ),
+        logits_of=logits_of,
         desc=f"classifier K={grid}",
     )
     classifier.requires_grad_(False)
@@ -338,48 +465,139 @@ def segmentation_scores(
 
 
 def predict_masks(
-    model: ShapeNet,
-    classifier: hypercolumns.LocationClassifier,
+    model: nn.Module,
+    classifier: nn.Module,
     images: torch.Tensor,
     layers: Sequence[str],
     categories: torch.Tensor | None = None,
     chunk: int = 100,
+    reference: bool = False,
 ) -> torch.Tensor:
     """Figure-ground masks (N, H, W) of the images: hypercolumns of the frozen network's
     `layers`, classified pixel by pixel by the classifiers of each window's category (N,), the
-    larger logit at each pixel."""
+    more probable class at each pixel; `reference`: the nulls' own code throughout (with a
+    PlainLocationClassifier)."""
     checks.tensor("images", images, "(N, 1, H, W)", dtype="floating")
-    categories = classifier.categories_of(categories, images.shape[0])
+    checks.boolean("reference", reference)
+    if reference:
+        if not isinstance(classifier, PlainLocationClassifier):
+            raise TypeError("the nulls' own code needs a PlainLocationClassifier")
+    else:
+        categories = classifier.categories_of(categories, images.shape[0])
     masks = []
     with torch.no_grad():
         for start in range(0, images.shape[0], chunk):
             x = images[start : start + chunk]
-            maps = hypercolumns.select(model.feature_maps(x), layers)
-            h = hypercolumns.hypercolumns(maps, tuple(x.shape[-2:]))
-            masks.append(classifier(h, categories[start : start + chunk]).argmax(1))
+            h = _stacked(model, x, layers, tuple(x.shape[-2:]), reference)
+            c = None if categories is None else categories[start : start + chunk]
+            masks.append(classifier(h, c).argmax(1))
     return torch.cat(masks)
 
 
-def paired_iou_difference(
+@dataclass(frozen=True)
+class Segmentation:
+    """One segmentation arm: its classifier, for each split scored its predicted masks and its
+    scores (`segmentation_scores`), and the validation IoU of every learning rate tried (the
+    classifier is the one of the best; one rate: no tuning)."""
+
+    classifier: nn.Module
+    masks: dict[str, torch.Tensor]
+    scores: dict[str, dict[str, float]]
+    lr: float
+    validation: dict[float, float]
+
+
+def segment(
+    model: nn.Module,
+    layers: Sequence[str],
+    train: Shapes,
+    val: Shapes,
+    test: Shapes,
+    *,
+    grid: int,
+    seed: int,
+    pixel_generator: torch.Generator,
+    lrs: Sequence[float] = (0.05,),
+    n_pixels: int = 20_000,
+    per_category: bool = True,
+    interpolate: bool = True,
+    reference: bool = False,
+    steps: int = 150,
+    decay: bool = False,
+) -> Segmentation:
+    """Sample `n_pixels` training pixels of `train` (from `pixel_generator`), fit the pixel
+    classifiers over the hypercolumns of `layers` once per learning rate in `lrs`, keep the one
+    with the best validation IoU, and predict and score its masks on `val` and `test` (each
+    window's category picking its classifiers where `per_category`). Every rate trains on the
+    same pixels and batches: the arms of one grid differ in their rate alone."""
+    lrs = [checks.number("lrs", lr, 0.0, low_open=True) for lr in lrs]
+    if not lrs:
+        raise ValueError("lrs must hold at least one learning rate")
+    sample = sample_pixels(
+        model, train, layers, n_pixels, generator=pixel_generator, reference=reference
+    )
+
+    def masks_of(classifier, data):
+        categories = data.labels if per_category else None
+        return predict_masks(
+            model, classifier, data.images, layers, categories, reference=reference
+        )
+
+    val_band = boundary_band(val.masks)
+    best = None
+    validation = {}
+    for lr in lrs:
+        classifier, _ = train_pixel_classifier(
+            sample,
+            grid=grid,
+            per_category=per_category,
+            interpolate=interpolate,
+            seed=seed,
+            steps=steps,
+            lr=lr,
+            decay=decay,
+            reference=reference,
+        )
+        val_masks = masks_of(classifier, val)
+        validation[lr] = segmentation_scores(val_masks, val.masks, val_band)["iou"]
+        if best is None or validation[lr] > validation[best[0]]:
+            best = (lr, classifier, val_masks)
+    lr, classifier, val_masks = best
+    masks = {"val": val_masks, "test": masks_of(classifier, test)}
+    scores = {
+        "val": segmentation_scores(val_masks, val.masks, val_band),
+        "test": segmentation_scores(masks["test"], test.masks, boundary_band(test.masks)),
+    }
+    return Segmentation(classifier, masks, scores, lr, validation)
+
+
+def paired_difference(
     first: torch.Tensor,
     second: torch.Tensor,
     truth: torch.Tensor,
     *,
+    measure: str = "iou",
     resamples: int = 2000,
     generator: torch.Generator | None = None,
 ) -> tuple[float, float]:
-    """IoU(first) - IoU(second) on the same windows (masks (N, H, W)), and its standard error
-    by a paired bootstrap: the windows resampled with replacement, both IoUs recomputed on each
-    resample from the windows' intersections and unions."""
+    """measure(first) - measure(second) on the same windows (masks (N, H, W)), and its
+    standard error by a paired bootstrap: the windows resampled with replacement, both
+    measures recomputed on each resample from per-window counts. `measure` is "iou" (the
+    figure's intersections over its unions) or "boundary_accuracy" (the right pixels in the
+    boundary band over the band's pixels)."""
     shape = checks.tensor("first", first, "(N, H, W)")
     checks.tensor("second", second, "(N, H, W)", **shape)
     checks.tensor("truth", truth, "(N, H, W)", **shape)
+    checks.one_of("measure", measure, ("iou", "boundary_accuracy"))
     resamples = checks.integer("resamples", resamples, 2)
     t = truth.bool()
+    band = boundary_band(truth)
 
     def counts(p):
         p = p.bool()
-        return (p & t).flatten(1).sum(1).double(), (p | t).flatten(1).sum(1).double()
+        if measure == "iou":
+            return (p & t).flatten(1).sum(1).double(), (p | t).flatten(1).sum(1).double()
+        return ((p == t) & band).flatten(1).sum(1).double(), band.flatten(1).sum(1).double()
 
     (i1, u1), (i2, u2) = counts(first), counts(second)
     difference = (i1.sum() / u1.sum() - i2.sum() / u2.sum()).item()
