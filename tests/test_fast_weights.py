@@ -338,6 +338,23 @@ def test_attention_at_query_recovers_the_memory_views_weights_from_the_modules_r
     assert torch.allclose((weights.unsqueeze(2) * before.hidden).sum(1), read, atol=1e-12)
 
 
+def test_the_nulls_read_by_the_equations_is_the_modules_read_and_no_patch_of_it_moves_it(
+    monkeypatch,
+):
+    tokens, _ = experiment.retrieval_batch(3, 4, gen(24))
+    with seeded(0):
+        model = experiment.RetrievalNet(hidden_size=16, embedding_size=12).double()
+    module_read = experiment.attention_at_query(model, tokens)
+    by_hand = experiment.equation_weights_at_query(model, tokens)
+    assert torch.allclose(by_hand, module_read, atol=1e-12)
+    # a memory whose decay never fades changes the module's read, not the equations'
+    monkeypatch.setattr(
+        fw, "decay_weights", lambda t, decay, fast_lr, dtype: torch.full((t,), fast_lr, dtype=dtype)
+    )
+    assert not torch.allclose(experiment.attention_at_query(model, tokens), module_read)
+    assert torch.equal(experiment.equation_weights_at_query(model, tokens), by_hand)
+
+
 def test_attention_at_query_aligns_a_memory_that_holds_fewer_states_to_the_newest():
     class LateMemory(fw.StateMemory):
         def write(self, h):

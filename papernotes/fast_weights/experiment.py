@@ -457,6 +457,23 @@ def formula_weights_at_query(model: RetrievalNet, tokens: torch.Tensor) -> torch
         )
 
 
+def equation_weights_at_query(model: RetrievalNet, tokens: torch.Tensor) -> torch.Tensor:
+    """The same weights (B, T-1) with every state from the paper's equations, written out apart
+    from the module (`by_the_equations`): the read of a null, which no broken memory reaches.
+    The model's core must have layer normalisation."""
+    _check_tokens(tokens)
+    core = model.core
+    W, C = core.recurrent_weights.weight, core.input_weights.weight
+    with training.evaluating(model), torch.no_grad():
+        x = model.embedding(tokens)
+        states = by_the_equations(core, x[:, :-1])  # h(1..T-1)
+        # h_0(T) = f(W h(T-1) + C x(T)): the preliminary vector, the read's query
+        query = torch.relu(states[:, -1] @ W.T + x[:, -1] @ C.T + core.input_weights.bias)
+        # eta lambda^(T-1-tau) h(tau)^T h_0(T), for tau = 1 .. T-1
+        ages = torch.arange(states.shape[1] - 1, -1, -1, dtype=x.dtype)
+        return core.fast_lr * core.decay**ages * (states @ query.unsqueeze(2)).squeeze(2)
+
+
 ROLES = ("queried key", "its value", "other keys", "other values", "'?' marks")
 
 
