@@ -405,6 +405,23 @@ def test_a_pixel_classifier_learns_a_separable_rule():
         )
 
 
+@pytest.mark.parametrize("reference", [False, True])
+def test_a_grid_trained_in_one_loop_gives_the_classifiers_of_separate_runs(reference):
+    features = randn(3000, 4, seed=31).float()
+    labels = (features[:, 0] + features[:, 1] > 0).long()
+    positions = torch.randint(10, (3000, 2), generator=gen(32))
+    sample = experiment.PixelSample(features, labels, positions, (10, 10))
+    options = dict(grid=2, seed=0, steps=40, batch_size=500, decay=True, reference=reference)
+    together, _ = experiment.train_pixel_classifiers(sample, [0.01, 0.3], **options)
+    for lr, classifier in zip([0.01, 0.3], together, strict=True):
+        alone, _ = experiment.train_pixel_classifier(sample, lr=lr, **options)
+        assert torch.equal(classifier.weight, alone.weight)
+        assert torch.equal(classifier.bias, alone.bias)
+    assert not torch.equal(together[0].weight, together[1].weight)
+    with pytest.raises(ValueError, match="lrs"):
+        experiment.train_pixel_classifiers(sample, [], seed=0)
+
+
 def test_classifiers_per_category_and_per_cell_learn_what_one_shared_set_cannot():
     # The label is the sign of the feature, flipped for category 1 and in the right half of the
     # window: one set for all categories cannot fit it, one per category can; per cell, both

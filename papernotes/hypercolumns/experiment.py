@@ -34,6 +34,7 @@ from papernotes.training import (
     accuracy_of,
     generator,
     seeded,
+    train,
     train_classifier,
 )
 
@@ -261,7 +262,9 @@ class PlainLocationClassifier(nn.Module):
         z = (h - self.feature_mean) / self.feature_std
         every = z @ self.weight.flatten(0, 2).T + self.bias.flatten()  # every category's cells
         scores = every.view(len(h), *self.bias.shape)[torch.arange(len(h)), c]
-        return (beta.unsqueeze(-1) * scores.softmax(-1)).sum(1).clamp_min(1e-30).log()
+        # the softmax of two scores, through log_softmax: torch's softmax is slow on a last
+        # dimension of two
+        return (beta.unsqueeze(-1) * scores.log_softmax(-1).exp()).sum(1).clamp_min(1e-30).log()
 
     def forward(self, h, categories=None):
         c = torch.zeros(len(h), dtype=torch.long) if categories is None else categories
@@ -375,6 +378,43 @@ def train_pixel_classifier(
     at test time only, as the paper's system without fine-tuning does. `reference`: the nulls'
     own classifier and weights (`PlainLocationClassifier`, `plain_weights`), interpolated.
     """
+    (classifier,), history = train_pixel_classifiers(
+        sample,
+        [lr],
+        grid=grid,
+        per_category=per_category,
+        interpolate=interpolate,
+        seed=seed,
+        steps=steps,
+        batch_size=batch_size,
+        weight_decay=weight_decay,
+        decay=decay,
+        reference=reference,
+    )
+    return classifier, history
+
+
+def train_pixel_classifiers(
+    sample: PixelSample,
+    lrs: Sequence[float],
+    *,
+    grid: int = 1,
+    per_category: bool = False,
+    interpolate: bool = True,
+    seed: int,
+    steps: int = 150,
+    batch_size: int = 2048,
+    weight_decay: float = 1e-4,
+    decay: bool = False,
+    reference: bool = False,
+) -> tuple[list[nn.Module], History]:
+    """`train_pixel_classifier` at each starting rate of `lrs`, all in one loop: one classifier
+    a rate, each on the same minibatches, one Adam parameter group a rate. The loss of an update
+    is the sum of the rates' losses, so each classifier gets exactly the gradient of its own,
+    and the classifiers are those that separate runs would give (in one loop the grid costs one
+    backward pass an update, not one a rate). A rate whose loss stops being finite stops
+    updating there, as a separate run would; the others go on. The History is of the summed loss.
+    """
     d = checks.tensor("sample.features", sample.features, "(N, D)", dtype="floating")
     checks.tensor("sample.labels", sample.labels, "(N,)", N=d["N"])
     grid = checks.integer("grid", grid)
@@ -383,7 +423,9 @@ def train_pixel_classifier(
     checks.boolean("reference", reference)
     if reference and not interpolate:
         raise ValueError("the nulls' own code trains through the interpolation only")
-    lr = checks.number("lr", lr, 0.0, low_open=True)
+    lrs = [checks.number("lr", lr, 0.0, low_open=True) for lr in lrs]
+    if not lrs:
+        raise ValueError("lrs must hold at least one learning rate")
     categories = None
     if per_category:
         if sample.categories is None:
@@ -392,12 +434,15 @@ def train_pixel_classifier(
         categories = sample.categories
     standardizer = Standardizer.fit(sample.features)
     kind = PlainLocationClassifier if reference else hypercolumns.LocationClassifier
-    classifier = kind(
-        d["D"],
-        standardizer,
-        grid=grid,
-        n_outputs=2,
-        n_categories=len(SHAPES) if per_category else 1,
+    classifiers = nn.ModuleList(
+        kind(
+            d["D"],
+            standardizer,
+            grid=grid,
+            n_outputs=2,
+            n_categories=len(SHAPES) if per_category else 1,
+        )
+        for _ in lrs
     )
     if reference:
         weights = plain_weights
@@ -408,27 +453,32 @@ def train_pixel_classifier(
     beta_maps = weights(grid, sample.size)  # (K^2, H, W)
     beta = beta_maps[:, sample.positions[:, 0], sample.positions[:, 1]].T  # (N, K^2)
     batches = minibatches(d["N"], min(batch_size, d["N"]), generator(seed, stream=PIXEL_BATCHES))
-    optimizer = torch.optim.Adam(classifier.parameters(), lr=lr, weight_decay=weight_decay)
-    updates = iter(range(steps))
-
-    def logits_of(index):
-        # the rate falls linearly from lr to lr / steps over the updates
-        if decay:
-            optimizer.param_groups[0]["lr"] = lr * (1 - next(updates) / steps)
-        c = None if categories is None else categories[index]
-        return classifier.at_pixels(sample.features[index], beta[index], c)
-
-    history = train_classifier(
-        classifier,
-        sample.labels,
-        optimizer,
-        steps,
-        batches=batches,
-        logits_of=logits_of,
-        desc=f"classifier K={grid}",
+    optimizer = torch.optim.Adam(
+        [{"params": c.parameters(), "lr": lr} for c, lr in zip(classifiers, lrs, strict=True)],
+        weight_decay=weight_decay,
     )
-    classifier.requires_grad_(False)
-    return classifier, history
+    stopped = [False] * len(lrs)
+
+    def loss_of_update(i):
+        for group, lr, stop in zip(optimizer.param_groups, lrs, stopped, strict=True):
+            # the rate falls linearly from lr to lr / steps over the updates
+            group["lr"] = 0.0 if stop else lr * (1 - i / steps) if decay else lr
+        index = next(batches)
+        features, labels, mix = sample.features[index], sample.labels[index], beta[index]
+        c = None if categories is None else categories[index]
+        total = 0.0
+        for r, classifier in enumerate(classifiers):
+            if stopped[r]:
+                continue
+            loss = F.cross_entropy(classifier.at_pixels(features, mix, c), labels)
+            stopped[r] = not math.isfinite(loss.item())
+            total = total if stopped[r] else total + loss
+        # every rate stopped: a non-finite loss ends the loop as in a separate run
+        return total if isinstance(total, torch.Tensor) else torch.tensor(math.nan)
+
+    history = train(classifiers, optimizer, loss_of_update, steps, desc=f"classifiers K={grid}")
+    classifiers.requires_grad_(False)
+    return list(classifiers), history
 
 
 # -- measuring a segmentation ---------------------------------------------------------------------
@@ -477,21 +527,42 @@ def predict_masks(
     `layers`, classified pixel by pixel by the classifiers of each window's category (N,), the
     more probable class at each pixel; `reference`: the nulls' own code throughout (with a
     PlainLocationClassifier)."""
+    (masks,) = predict_masks_of_each(
+        model, [classifier], images, layers, categories, chunk=chunk, reference=reference
+    )
+    return masks
+
+
+def predict_masks_of_each(
+    model: nn.Module,
+    classifiers: Sequence[nn.Module],
+    images: torch.Tensor,
+    layers: Sequence[str],
+    categories: torch.Tensor | None = None,
+    *,
+    chunk: int = 100,
+    reference: bool = False,
+) -> list[torch.Tensor]:
+    """`predict_masks` for each classifier of a list (a rate grid's), the images' hypercolumns
+    stacked once for all of them."""
     checks.tensor("images", images, "(N, 1, H, W)", dtype="floating")
     checks.boolean("reference", reference)
     if reference:
-        if not isinstance(classifier, PlainLocationClassifier):
+        if not all(isinstance(c, PlainLocationClassifier) for c in classifiers):
             raise TypeError("the nulls' own code needs a PlainLocationClassifier")
     else:
-        categories = classifier.categories_of(categories, images.shape[0])
-    masks = []
+        for classifier in classifiers:  # each checks the categories against its own sets
+            checked = classifier.categories_of(categories, images.shape[0])
+        categories = checked
+    masks = [[] for _ in classifiers]
     with torch.no_grad():
         for start in range(0, images.shape[0], chunk):
             x = images[start : start + chunk]
             h = _stacked(model, x, layers, tuple(x.shape[-2:]), reference)
             c = None if categories is None else categories[start : start + chunk]
-            masks.append(classifier(h, c).argmax(1))
-    return torch.cat(masks)
+            for found, classifier in zip(masks, classifiers, strict=True):
+                found.append(classifier(h, c).argmax(1))
+    return [torch.cat(found) for found in masks]
 
 
 @dataclass(frozen=True)
@@ -544,21 +615,28 @@ def segment(
         )
 
     val_band = boundary_band(val.masks)
+    classifiers, _ = train_pixel_classifiers(
+        sample,
+        lrs,
+        grid=grid,
+        per_category=per_category,
+        interpolate=interpolate,
+        seed=seed,
+        steps=steps,
+        decay=decay,
+        reference=reference,
+    )
+    every_val_masks = predict_masks_of_each(
+        model,
+        classifiers,
+        val.images,
+        layers,
+        val.labels if per_category else None,
+        reference=reference,
+    )
     best = None
     validation = {}
-    for lr in lrs:
-        classifier, _ = train_pixel_classifier(
-            sample,
-            grid=grid,
-            per_category=per_category,
-            interpolate=interpolate,
-            seed=seed,
-            steps=steps,
-            lr=lr,
-            decay=decay,
-            reference=reference,
-        )
-        val_masks = masks_of(classifier, val)
+    for lr, classifier, val_masks in zip(lrs, classifiers, every_val_masks, strict=True):
         validation[lr] = segmentation_scores(val_masks, val.masks, val_band)["iou"]
         if best is None or validation[lr] > validation[best[0]]:
             best = (lr, classifier, val_masks)
