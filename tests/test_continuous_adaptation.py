@@ -20,8 +20,7 @@ def learner64(inner_steps=2, seed=0):
     torch.manual_seed(seed)
     learner = ca.MetaLearner(inner_steps, step_size=0.2).double()
     with torch.no_grad():  # distinct step sizes everywhere, so a swapped index shows
-        learner.alpha_W.add_(0.05 * randn(*learner.alpha_W.shape, seed=seed + 7))
-        learner.alpha_b.add_(0.05 * randn(*learner.alpha_b.shape, seed=seed + 8))
+        learner.alpha.add_(0.05 * randn(*learner.alpha.shape, seed=seed + 7))
     return learner
 
 
@@ -93,8 +92,7 @@ def test_adaptation_is_gradient_steps_from_theta_with_the_learned_step_sizes():
 def test_every_adaptation_starts_from_theta():
     learner, chains = learner64(), chains64()
     with torch.no_grad():
-        learner.alpha_W.zero_()
-        learner.alpha_b.zero_()
+        learner.alpha.zero_()
     W, b = ca.adapt(learner, chains.goals[:, 0], chains.scales[:, 0])
     torch.testing.assert_close(W, learner.W.expand(3, -1, -1))  # zero steps: phi is theta
     learner = learner64()
@@ -186,20 +184,22 @@ def test_the_meta_gradient_is_second_order_through_the_inner_steps():
 def test_the_step_sizes_receive_the_meta_gradient():
     learner, chains = learner64(), chains64()
     ca.meta_loss(learner, chains).backward()
-    assert learner.alpha_W.grad is not None and learner.alpha_W.grad.abs().min() > 0
+    assert learner.alpha.grad is not None and learner.alpha.grad.abs().min() > 0
     with torch.no_grad():
-        numeric_W = finite_difference(lambda: ca.meta_loss(learner, chains), learner.alpha_W)
-        numeric_b = finite_difference(lambda: ca.meta_loss(learner, chains), learner.alpha_b)
-    torch.testing.assert_close(learner.alpha_W.grad, numeric_W, atol=1e-6, rtol=1e-5)
-    torch.testing.assert_close(learner.alpha_b.grad, numeric_b, atol=1e-6, rtol=1e-5)
+        numeric = finite_difference(lambda: ca.meta_loss(learner, chains), learner.alpha)
+    torch.testing.assert_close(learner.alpha.grad, numeric, atol=1e-6, rtol=1e-5)
+    # W's step sizes, then b's: alpha has theta's shape [W b] per inner step
+    assert learner.alpha.shape == (2, ca.ACTUATORS, ca.ACTUATORS + 1)
+    assert torch.equal(learner.alpha_W, learner.alpha[..., :4])
+    assert torch.equal(learner.alpha_b, learner.alpha[..., 4])
 
 
 def test_fixed_step_sizes_are_left_out_of_the_meta_optimizer():
     learner = ca.MetaLearner()
-    assert len(ca.meta_parameters(learner, learn_step_sizes=True)) == 4
+    assert len(ca.meta_parameters(learner, learn_step_sizes=True)) == 3
     fixed = ca.meta_parameters(learner, learn_step_sizes=False)
-    assert all(p is not learner.alpha_W and p is not learner.alpha_b for p in fixed)
-    assert not learner.alpha_W.requires_grad
+    assert all(p is not learner.alpha for p in fixed) and len(fixed) == 2
+    assert not learner.alpha.requires_grad
 
 
 # -- training through the book's loop --------------------------------------------------------------
@@ -216,7 +216,7 @@ def test_meta_training_lowers_the_next_task_loss_and_follows_the_seed():
         before = ca.meta_loss(untrained.model, held_out).item()
         after = ca.meta_loss(run.model, held_out).item()
     assert after < 0.7 * before
-    assert not torch.equal(run.model.alpha_W, untrained.model.alpha_W)
+    assert not torch.equal(run.model.alpha, untrained.model.alpha)
 
 
 def test_no_adaptation_fits_a_fixed_policy_near_the_identity():
@@ -240,7 +240,7 @@ def test_training_entry_points_reject_bad_arguments():
 def test_run_chains_rejects_bad_arguments():
     learner, chains = ca.MetaLearner(), experiment.task_chains(2, generator=gen())
     with pytest.raises(ValueError, match="adaptation"):
-        experiment.run_chains(learner, chains, adaptation="maml")
+        experiment.run_chains(learner, chains, adaptation="fine-tune")
     with pytest.raises(TypeError, match="MetaLearner"):
         experiment.run_chains(experiment.Policy(), chains)
     bad = ca.Chains(chains.scales[..., :3], chains.goals[..., :3])
@@ -251,8 +251,8 @@ def test_run_chains_rejects_bad_arguments():
 def test_step_size_summary_is_the_mean_diagonal_step_size_per_inner_step():
     learner = ca.MetaLearner(inner_steps=2, step_size=0.5)
     with torch.no_grad():
-        learner.alpha_W[1] = torch.full((ca.ACTUATORS, ca.ACTUATORS), 9.0)  # off-diagonal too
-        learner.alpha_W[1].diagonal().copy_(torch.tensor([1.0, 2.0, 3.0, 6.0]))
+        learner.alpha[1] = 9.0  # off the diagonal, and b's, too
+        learner.alpha[1, :, : ca.ACTUATORS].diagonal().copy_(torch.tensor([1.0, 2.0, 3.0, 6.0]))
     assert experiment.step_size_summary(learner) == pytest.approx([0.5, 3.0])
     with pytest.raises(TypeError, match="learner"):
         experiment.step_size_summary(experiment.Policy())
@@ -260,25 +260,84 @@ def test_step_size_summary_is_the_mean_diagonal_step_size_per_inner_step():
 
 def test_scalar_step_sizes_are_one_number_per_inner_step_shared_by_every_coordinate():
     scalar = ca.MetaLearner(inner_steps=2, step_size=0.2, per_coordinate=False).double()
+    assert scalar.alpha.shape == (2, 1, 1) and not scalar.per_coordinate
     assert scalar.alpha_W.shape == (2, 1, 1) and scalar.alpha_b.shape == (2, 1)
     with torch.no_grad():
-        scalar.alpha_W.copy_(torch.tensor([0.1, 0.3]).view(2, 1, 1))
-        scalar.alpha_b.copy_(torch.tensor([0.2, 0.4]).view(2, 1))
+        scalar.alpha.copy_(torch.tensor([0.1, 0.3]).view(2, 1, 1))
+    assert scalar.alpha_b.flatten().tolist() == pytest.approx([0.1, 0.3])  # W's number, for b
     # the same learner with every coordinate's step size set to the shared value
     full = ca.MetaLearner(inner_steps=2, step_size=0.2).double()
     with torch.no_grad():
         full.W.copy_(scalar.W)
         full.b.copy_(scalar.b)
-        full.alpha_W.copy_(scalar.alpha_W.expand(2, ca.ACTUATORS, ca.ACTUATORS))
-        full.alpha_b.copy_(scalar.alpha_b.expand(2, ca.ACTUATORS))
+        full.alpha.copy_(scalar.alpha.expand(2, ca.ACTUATORS, ca.ACTUATORS + 1))
     chains = chains64()
     goals, scales = chains.goals[:, 0], chains.scales[:, 0]
     for got, want in zip(
         ca.adapt(scalar, goals, scales), ca.adapt(full, goals, scales), strict=True
     ):
         torch.testing.assert_close(got, want)
-    ca.meta_loss(scalar, chains).backward()  # the shared step sizes get the summed meta-gradient
-    assert scalar.alpha_W.grad.shape == (2, 1, 1) and scalar.alpha_W.grad.abs().min() > 0
+    ca.meta_loss(scalar, chains).backward()  # the one step size gets the summed meta-gradient
+    ca.meta_loss(full, chains).backward()
+    assert scalar.alpha.grad.shape == (2, 1, 1)
+    torch.testing.assert_close(scalar.alpha.grad.flatten(), full.alpha.grad.sum((1, 2)))
     assert experiment.step_size_summary(scalar) == pytest.approx([0.1, 0.3])
     with pytest.raises(TypeError, match="per_coordinate"):
         ca.MetaLearner(per_coordinate=1)
+
+
+# -- the MAML-style baseline's own code, the floor and the measurements ---------------------------
+
+
+def test_the_maml_baseline_is_the_mechanism_judged_on_the_same_task_written_again():
+    options = {"seed": 0, "iterations": 40, "goals": 8, "eval_every": 20, "per_coordinate": False}
+    own = experiment.same_task_meta_train(**options)
+    mechanism = experiment.meta_train(next_task=False, **options)
+    for name in ("W", "b", "alpha"):
+        torch.testing.assert_close(getattr(own.model, name), getattr(mechanism.model, name))
+    assert own.history["loss"] == pytest.approx(mechanism.history["loss"])
+    chains = experiment.task_chains(6, goals=8, generator=gen(21))
+    again = experiment.run_chains(own.model, chains, adaptation="maml")
+    torch.testing.assert_close(again.losses, experiment.run_chains(own.model, chains).losses)
+    continuous = experiment.meta_train(**options)
+    assert not torch.allclose(continuous.model.W, own.model.W)  # judged on the next task
+
+
+def test_the_lag_one_floor_is_the_loss_of_the_exact_fit_of_the_last_episode():
+    floor, terms = experiment.lag_one_floor(0.75)
+    s = torch.tensor([1.0, 0.875, 0.75, 0.625, 0.5, 0.375, 0.25], dtype=torch.float64)
+    torch.testing.assert_close(terms, (s[1:] / s[:-1] - 1) ** 2)
+    assert floor == pytest.approx(0.0462, abs=5e-5)
+    # an agent running diag(1 / s_i) in episode i + 1 loses that much, up to the goals' noise
+    chains = experiment.task_chains(4000, generator=gen(22))
+    c, e = chains.scales.shape[:2]
+    losses = []
+    for i in range(1, e):
+        W = torch.diag_embed(1 / chains.scales[:, i - 1])
+        losses.append(ca.task_loss(W, torch.zeros(c, 4), chains.goals[:, i], chains.scales[:, i]))
+    assert torch.stack(losses, 1).mean().item() == pytest.approx(floor, rel=0.03)
+    assert experiment.lag_one_floor(0.0)[0] == 0.0
+    with pytest.raises(ValueError, match="drift"):
+        experiment.lag_one_floor(1.0)
+
+
+def test_the_paired_difference_and_the_later_episodes_of_each_chain():
+    a, b = torch.tensor([0.5, 0.1, 0.3]), torch.tensor([0.1, 0.1, 0.1])
+    d, se = experiment.paired_difference(a, b)
+    assert d == pytest.approx(0.2) and se == pytest.approx(0.2 / 3**0.5)
+    with pytest.raises(ValueError):
+        experiment.paired_difference(a[:1], b[:1])
+    losses = torch.arange(14.0).view(2, 7)
+    episodes = experiment.Episodes(losses, torch.zeros(2, 7, 4, 4))
+    torch.testing.assert_close(experiment.later_per_chain(episodes), losses[:, 1:].mean(1))
+
+
+def test_step_size_parts_split_the_diagonal_the_rest_of_w_and_b():
+    learner = ca.MetaLearner(inner_steps=1, step_size=0.5)
+    with torch.no_grad():
+        learner.alpha[0, :, :4] = 2.0
+        learner.alpha[0, :, :4].diagonal().copy_(torch.tensor([1.0, 2.0, 3.0, 6.0]))
+        learner.alpha[0, :, 4] = 7.0
+    assert experiment.step_size_parts(learner) == [pytest.approx((3.0, 2.0, 7.0))]
+    scalar = ca.MetaLearner(inner_steps=2, step_size=0.4, per_coordinate=False)
+    assert experiment.step_size_parts(scalar) == [pytest.approx((0.4, 0.4, 0.4))] * 2

@@ -64,10 +64,12 @@ def task_loss(W: torch.Tensor, b: torch.Tensor, goals: torch.Tensor, scales: tor
 
 
 class MetaLearner(nn.Module):
-    """The meta-parameters: the policy's theta = (W, b) and the step sizes alpha, one per inner
-    step and per coordinate of theta (`alpha_W` (M, A, A), `alpha_b` (M, A)), the book's choice;
-    `per_coordinate=False` keeps one step size per inner step, shared by every coordinate
-    (`alpha_W` (M, 1, 1), `alpha_b` (M, 1), broadcast over theta), the paper's set {alpha_m}."""
+    """The meta-parameters: the policy's theta = (W, b), the matrix [W b] of shape (A, A + 1),
+    and the step sizes alpha, one set per inner step. `per_coordinate=False` gives each inner
+    step one number, shared by every coordinate of theta: the paper's set {alpha_m}, `alpha`
+    (M, 1, 1). `per_coordinate=True` gives each inner step a step size per coordinate, of
+    theta's own shape, `alpha` (M, A, A + 1): Meta-SGD's (Li et al. 2017), the book's
+    variant. `alpha_W` and `alpha_b` are the parts of `alpha` that step W and b."""
 
     def __init__(self, inner_steps: int = 3, step_size: float = 0.1, per_coordinate: bool = True):
         super().__init__()
@@ -77,13 +79,26 @@ class MetaLearner(nn.Module):
         linear = nn.Linear(ACTUATORS, ACTUATORS)  # initial weights: torch's default, seeded
         self.W = nn.Parameter(linear.weight.detach().clone())
         self.b = nn.Parameter(linear.bias.detach().clone())
-        width = ACTUATORS if per_coordinate else 1
-        self.alpha_W = nn.Parameter(torch.full((inner_steps, width, width), step_size))
-        self.alpha_b = nn.Parameter(torch.full((inner_steps, width), step_size))
+        shape = (ACTUATORS, ACTUATORS + 1) if per_coordinate else (1, 1)
+        self.alpha = nn.Parameter(torch.full((inner_steps, *shape), step_size))
 
     @property
     def inner_steps(self) -> int:
-        return self.alpha_W.shape[0]
+        return self.alpha.shape[0]
+
+    @property
+    def per_coordinate(self) -> bool:
+        return self.alpha.shape[-1] > 1
+
+    @property
+    def alpha_W(self) -> torch.Tensor:
+        """The step sizes of W, (M, A, A), or (M, 1, 1) broadcast over W."""
+        return self.alpha[..., :ACTUATORS] if self.per_coordinate else self.alpha
+
+    @property
+    def alpha_b(self) -> torch.Tensor:
+        """The step sizes of b, (M, A), or (M, 1) broadcast over b: the same number as W's."""
+        return self.alpha[..., ACTUATORS] if self.per_coordinate else self.alpha[..., 0]
 
 
 def adapt(learner: MetaLearner, goals, scales, *, create_graph: bool = True):
@@ -100,8 +115,8 @@ def adapt(learner: MetaLearner, goals, scales, *, create_graph: bool = True):
         b = learner.b.expand(n, -1)
         if not create_graph:
             W, b = W.detach().requires_grad_(True), b.detach().requires_grad_(True)
-        # phi^m = phi^(m-1) - alpha_m * grad L_T(phi^(m-1)), m = 1..M (alpha_m per coordinate,
-        # or one number broadcast over theta)
+        # phi^m = phi^(m-1) - alpha_m * grad L_T(phi^(m-1)), m = 1..M (alpha_m one number
+        # broadcast over theta, or one per coordinate)
         for m in range(learner.inner_steps):
             loss = task_loss(W, b, goals, scales).sum()  # independent tasks: per-task gradients
             grad_W, grad_b = torch.autograd.grad(loss, (W, b), create_graph=create_graph)
@@ -145,7 +160,5 @@ def meta_parameters(learner: MetaLearner, learn_step_sizes: bool) -> list[nn.Par
     The meta-gradient reaches theta through the M inner steps, second derivatives included
     (d phi / d theta = prod_m (I - diag(alpha_m) H_m)), and alpha through
     d phi^m / d alpha_m = -grad L_T(phi^(m-1)) and the later steps."""
-    learner.alpha_W.requires_grad_(learn_step_sizes)
-    learner.alpha_b.requires_grad_(learn_step_sizes)
-    step_sizes = [learner.alpha_W, learner.alpha_b] if learn_step_sizes else []
-    return [learner.W, learner.b, *step_sizes]
+    learner.alpha.requires_grad_(learn_step_sizes)
+    return [learner.W, learner.b, *([learner.alpha] if learn_step_sizes else [])]

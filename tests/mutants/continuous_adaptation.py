@@ -71,8 +71,7 @@ def step_sizes_never_learned():
     """The meta-optimizer updates theta only; the step sizes alpha stay at their initial value."""
 
     def meta_parameters(learner, learn_step_sizes):
-        learner.alpha_W.requires_grad_(False)
-        learner.alpha_b.requires_grad_(False)
+        learner.alpha.requires_grad_(False)
         return [learner.W, learner.b]
 
     m.meta_parameters = meta_parameters
