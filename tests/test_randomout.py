@@ -471,3 +471,14 @@ def test_the_bootstrap_resamples_seeds_in_pairs():
     assert one == experiment.bootstrap_standard_error(noise, other, "median", generator=gen(4))
     with pytest.raises(ValueError, match="statistic must be one of"):
         experiment.bootstrap_standard_error(a, a, "max", generator=gen(0))
+
+
+def test_epochs_to_reach_counts_from_one_and_charges_a_miss_the_budget_plus_one():
+    curve = [0.1, 0.5, 0.89, 0.9, 0.85, 0.95]
+    assert experiment.epochs_to_reach(curve, 0.9) == 4  # first reached at the end of epoch 4
+    assert experiment.epochs_to_reach(curve, 0.05) == 1
+    assert experiment.epochs_to_reach(curve, 0.96) == 7  # never: 6 epochs + 1
+    with pytest.raises(ValueError, match="level"):
+        experiment.epochs_to_reach(curve, 1.5)
+    with pytest.raises(ValueError, match="accuracies"):
+        experiment.epochs_to_reach([[0.5, 0.6]], 0.5)

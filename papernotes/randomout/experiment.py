@@ -397,3 +397,14 @@ def death_update(cgn_of_member: torch.Tensor) -> int | None:
     stays_zero = (cgn_of_member == 0).int().flip(0).cumprod(0).flip(0)  # (updates, filters)
     dead = stays_zero.any(1)
     return int(dead.nonzero()[0]) if dead.any() else None
+
+
+def epochs_to_reach(accuracies, level: float) -> int:
+    """The first epoch (counted from 1) at whose end the validation accuracy `accuracies` (one
+    value per epoch) reaches `level`; a run that never reaches it counts as its budget plus
+    one epoch, len(accuracies) + 1, the soonest it could have (a lower bound on its time)."""
+    values = torch.as_tensor(accuracies, dtype=torch.float64)
+    checks.tensor("accuracies", values, "(E,)")
+    level = checks.number("level", level, 0.0, 1.0)
+    reached = (values >= level).nonzero()
+    return int(reached[0]) + 1 if len(reached) else len(values) + 1
