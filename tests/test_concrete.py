@@ -241,6 +241,39 @@ def test_relaxed_gradient_bias_vanishes_as_temperature_falls():
     assert stats[2.0].variance < stats[0.5].variance < stats[0.05].variance
 
 
+def test_the_nulls_own_estimators():
+    exact = concrete.exact_gradient(LOGITS, OBJECTIVE)
+    plain = experiment.plain_score_function_gradients(
+        LOGITS, OBJECTIVE, 100_000, samples=2, generator=gen(31)
+    )
+    assert torch.allclose(plain.mean(0), exact, atol=4 * plain.std(0).max().item() / 300)
+    # At tau = 1 the temperature on the logits alone is the relaxation itself.
+    alone = experiment.logits_alone_gradients(LOGITS, OBJECTIVE, 50_000, 1.0, generator=gen(32))
+    relaxed = concrete.relaxed_gradients(LOGITS, OBJECTIVE, 50_000, 1.0, generator=gen(33))
+    assert torch.allclose(alone.mean(0), relaxed.mean(0), atol=0.01)
+    stats = experiment.estimator_stats(plain, exact)
+    assert 0 < stats.variance_se < 0.05 * stats.variance
+
+
+def test_concrete_samples_of_their_own_match_the_mechanisms():
+    mine = experiment.concrete_samples_of_its_own(LOGITS, 0.8, 50_000, gen(35))
+    theirs = concrete.concrete_sample(LOGITS.expand(50_000, -1), 0.8, generator=gen(36))
+    assert mine.shape == (50_000, 4)
+    assert torch.allclose(mine.mean(0), theirs.mean(0), atol=0.01)
+    assert torch.allclose(mine.max(-1).values.mean(), theirs.max(-1).values.mean(), atol=0.01)
+
+
+def test_ablated_log_density_is_the_formula_with_its_two_ablations():
+    y = torch.softmax(torch.randn(7, 4, generator=gen(34), dtype=torch.float64), -1)
+    right = concrete.concrete_log_density(y, LOGITS, 0.7)
+    assert torch.allclose(experiment.ablated_log_density(y, LOGITS, 0.7), right, atol=1e-12)
+    no_gamma = experiment.ablated_log_density(y, LOGITS, 0.7, with_gamma=False)
+    assert torch.allclose(right - no_gamma, torch.full((7,), math.lgamma(4)).double())
+    shifted = experiment.ablated_log_density(y, LOGITS, 0.7, exponent_shift=-1)
+    mixture = torch.logsumexp(torch.log_softmax(LOGITS, -1) - 0.7 * torch.log(y), -1)
+    assert torch.allclose(shifted - right, mixture)
+
+
 def test_estimator_stats_of_a_constant_estimate():
     exact = torch.tensor([1.0, 0.0], dtype=torch.float64)
     stats = experiment.estimator_stats(
@@ -264,11 +297,29 @@ def tiny_vae(seed=0):
     return experiment.CategoricalVAE(n_pixels=5, n_latents=2, n_categories=3, hidden=4)
 
 
-def test_kl_to_uniform_is_zero_for_a_uniform_posterior_and_positive_otherwise():
+def test_kl_to_prior_is_zero_for_the_prior_itself_and_positive_otherwise():
     model = tiny_vae()
-    assert torch.allclose(model.kl_to_uniform(torch.zeros(5, 2, 3)), torch.zeros(5), atol=1e-7)
+    # The learned prior starts uniform.
+    assert torch.allclose(model.kl_to_prior(torch.zeros(5, 2, 3)), torch.zeros(5), atol=1e-7)
     peaked = torch.tensor([[[30.0, 0.0, 0.0], [0.0, 0.0, 0.0]]])
-    assert model.kl_to_uniform(peaked).item() == pytest.approx(math.log(3), abs=1e-3)
+    assert model.kl_to_prior(peaked).item() == pytest.approx(math.log(3), abs=1e-3)
+    with torch.no_grad():
+        model.prior_logits.copy_(torch.tensor([[2.0, 0.0, -1.0], [0.5, 0.5, 0.0]]))
+    prior = model.prior_logits.detach().expand(4, -1, -1)
+    assert torch.allclose(model.kl_to_prior(prior), torch.zeros(4), atol=1e-6)
+
+
+def test_straight_through_decodes_one_hot_codes_and_gumbel_softmax_relaxed_ones():
+    model = tiny_vae()
+    seen = []
+    model.decoder.register_forward_pre_hook(lambda module, args: seen.append(args[0].detach()))
+    x = (torch.rand(6, 5, generator=gen(28)) > 0.5).float()
+    for estimator in ("straight_through", "gumbel_softmax"):
+        experiment.vae_loss(model, x, estimator=estimator, temperature=0.5, generator=gen(29))
+    hard, soft = (codes.view(6, 2, 3) for codes in seen)
+    assert ((hard == 0) | (hard == 1)).all() and (hard.sum(-1) == 1).all()
+    assert ((soft > 0) & (soft < 1)).all()
+    assert torch.allclose(soft.sum(-1), torch.ones(6, 2))
 
 
 @pytest.mark.parametrize("estimator", experiment.ESTIMATORS)
@@ -276,29 +327,50 @@ def test_every_estimator_sends_gradients_to_encoder_and_decoder(estimator):
     model = tiny_vae()
     x = (torch.rand(8, 5, generator=gen(21)) > 0.5).float()
     loss, nll = experiment.vae_loss(
-        model, x, estimator=estimator, temperature=1.0, baseline=1.0, generator=gen(22)
+        model, x, estimator=estimator, temperature=1.0, generator=gen(22)
     )
     loss.backward()
     assert nll.shape == (8,)
     for name, parameter in model.named_parameters():
+        if name.startswith("baseline") and estimator != "reinforce":
+            assert parameter.grad is None, name  # only NVIL's REINFORCE trains b(x)
+            continue
         assert parameter.grad is not None and parameter.grad.abs().sum() > 0, name
 
 
-def test_reinforce_surrogate_has_the_score_function_gradient():
+@pytest.mark.parametrize("estimator", ["reinforce", "reinforce_moving_average"])
+def test_reinforce_surrogate_has_the_score_function_gradient(estimator):
     model = tiny_vae(1)
     x = torch.tensor([[1.0, 0.0, 1.0, 1.0, 0.0]])
+    state = experiment.ScoreFunctionState(mean=0.5, variance=9.0)
     loss, nll = experiment.vae_loss(
-        model, x, estimator="reinforce", temperature=1.0, baseline=0.5, generator=gen(23)
+        model, x, estimator=estimator, temperature=1.0, state=state, generator=gen(23)
     )
     loss.backward()
     got = model.encoder[2].bias.grad.clone()
-    # By hand: d/dlogits [(nll - b) log q(z) + KL] = (nll - b)(z - q) + dKL/dlogits.
+    # By hand: d/dlogits [(nll - c - b(x)) log q(z) + KL] / s = [(nll - c - b)(z - q) + dKL] / s,
+    # with s = max(1, sqrt(v)) for NVIL (v updated with this batch first), b = 0 and s = 1 for
+    # the moving average alone.
     logits = model.posterior_logits(x).detach().requires_grad_(True)
-    z = concrete.gumbel_max_sample(logits.detach(), gen(23))
+    z = experiment.sample_categorical(logits.detach(), gen(23))
     q = torch.softmax(logits, -1)
-    model.kl_to_uniform(logits).sum().backward()
-    expected = ((nll - 0.5).view(1, 1, 1) * (z - q) + logits.grad).detach().view(-1)
+    model.kl_to_prior(logits).sum().backward()
+    if estimator == "reinforce":
+        b = model.baseline(x).item()
+        centred = nll.item() - 0.5 - b
+        scale = math.sqrt(0.9 * 9.0 + 0.1 * centred**2)
+    else:
+        centred, scale = nll.item() - 0.5, 1.0
+    expected = ((centred * (z - q) + logits.grad) / scale).detach().view(-1)
     assert torch.allclose(got, expected, atol=1e-6)
+    assert state.mean == pytest.approx(0.9 * 0.5 + 0.1 * nll.item())
+
+
+def test_sample_categorical_draws_the_softmax_probabilities():
+    logits = torch.log(torch.tensor([0.6, 0.3, 0.1], dtype=torch.float64))
+    z = experiment.sample_categorical(logits.expand(30_000, -1), gen(30))
+    assert ((z.sum(-1) == 1) & ((z == 0) | (z == 1)).all(-1)).all()
+    assert torch.allclose(z.mean(0), torch.tensor([0.6, 0.3, 0.1]).double(), atol=0.015)
 
 
 def exact_log_likelihood_and_elbo(model, x):
@@ -311,7 +383,7 @@ def exact_log_likelihood_and_elbo(model, x):
         log_px_given_z = -torch.stack(
             [model.reconstruction_nll(x, z_c.expand(len(x), -1, -1)) for z_c in z], dim=1
         )
-        log_prior = -n_latents * math.log(k)
+        log_prior = (torch.log_softmax(model.prior_logits, -1) * z).sum((-1, -2))  # (C,)
         log_px = torch.logsumexp(log_px_given_z + log_prior, dim=1)
         log_q = torch.log_softmax(model.posterior_logits(x), -1)  # (B, L, K)
         log_qz = (log_q.unsqueeze(1) * z).sum((-1, -2))  # (B, C)
@@ -319,7 +391,7 @@ def exact_log_likelihood_and_elbo(model, x):
     return log_px, elbo
 
 
-def test_negative_elbo_is_an_upper_bound_on_the_exact_negative_log_likelihood():
+def test_negative_elbo_and_bound_sit_above_the_exact_negative_log_likelihood():
     # With 2 latents of 3 categories, log p(x) sums over 9 configurations exactly. The Monte-Carlo
     # -ELBO must agree with the enumerated -ELBO, which lies above -log p(x) by the KL between
     # q(z|x) and the true posterior (a KL with the wrong sign or convention breaks both).
@@ -330,17 +402,38 @@ def test_negative_elbo_is_an_upper_bound_on_the_exact_negative_log_likelihood():
     assert -elbo.mean().item() > -log_px.mean().item() + 1e-3  # an untrained q is not exact
     estimate = experiment.negative_elbo(model, x, samples=4000, seed=0)
     assert estimate == pytest.approx(-elbo.mean().item(), abs=0.02)
+    # The m-sample bound: near the -ELBO for m = 1 (on average), between the two for m = 10,
+    # and close to -log p(x) with many samples (9 configurations, drawn with replacement).
+    single = experiment.negative_bound(model, x.repeat(200, 1), samples=1, seed=0).mean().item()
+    assert single == pytest.approx(-elbo.mean().item(), abs=0.1)
+    ten = experiment.negative_bound(model, x, samples=10, seed=0)
+    assert (ten >= -log_px - 1e-4).float().mean() > 0.5
+    assert ten.mean().item() < -elbo.mean().item()
+    many = experiment.negative_bound(model, x, samples=3000, seed=0)
+    assert torch.allclose(many, -log_px, atol=0.02)
+
+
+def test_the_no_latent_model_is_the_independent_pixel_likelihood():
+    train = torch.tensor([[1.0, 0.0], [1.0, 1.0], [0.0, 0.0]])
+    # add-one counts: p = (2 + 1) / 5 and (1 + 1) / 5
+    nll = experiment.independent_pixels_nll(train, torch.tensor([[1.0, 0.0]]))
+    assert nll.item() == pytest.approx(-math.log(0.6) - math.log(0.6))
+
+
+def test_paired_standard_error():
+    a, b = torch.tensor([1.0, 2.0, 3.0, 6.0]), torch.tensor([0.0, 0.0, 0.0, 0.0])
+    assert experiment.paired_standard_error(a, b) == pytest.approx(a.std().item() / 2)
 
 
 def test_train_vae_returns_its_model_and_validation_history():
     x = (torch.rand(300, 16, generator=gen(25)) > 0.7).float()
-    untrained = experiment.negative_elbo(tiny_vae_like(x), x)
+    untrained = experiment.negative_bound(tiny_vae_like(x), x, samples=10).mean().item()
     run = experiment.train_vae(
         x, x, estimator="gumbel_softmax", seed=0, steps=200, batch_size=50, eval_every=100, lr=3e-3
     )
     assert run.history.steps == [100, 200]
     assert not run.model.training
-    assert run.history.final("val_neg_elbo") < untrained - 1.0
+    assert run.history.final("val_bound") < untrained - 1.0
 
 
 def tiny_vae_like(x):
@@ -357,7 +450,7 @@ def test_train_vae_follows_its_seed(estimator):
         run = experiment.train_vae(
             x, x, estimator=estimator, seed=seed, steps=30, batch_size=20, eval_every=30
         )
-        return run.history.final("val_neg_elbo")
+        return run.history.final("val_bound")
 
     assert final(0) == final(0)
     assert final(0) != final(1)
@@ -396,6 +489,12 @@ def test_temperature_schedule_decays_to_its_floor():
             ValueError,
         ),
         (lambda: experiment.negative_elbo(tiny_vae(), torch.zeros(2, 6)), ValueError),
+        (lambda: experiment.negative_bound(tiny_vae(), torch.zeros(2, 6)), ValueError),
+        (
+            lambda: experiment.independent_pixels_nll(torch.zeros(3, 5), torch.zeros(2, 4)),
+            ValueError,
+        ),
+        (lambda: experiment.ablated_log_density(torch.ones(2, 3) / 3, LOGITS, 1.0), ValueError),
         (
             lambda: experiment.train_vae(
                 torch.zeros(10, 5), torch.zeros(10, 4), estimator="reinforce", seed=0
@@ -417,6 +516,9 @@ def test_temperature_schedule_decays_to_its_floor():
         "vae-categories",
         "vae_loss-estimator",
         "negative_elbo-shape",
+        "negative_bound-shape",
+        "no_latent-shape",
+        "ablated_density-shape",
         "train_vae-shape",
     ],
 )

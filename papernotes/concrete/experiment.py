@@ -150,6 +150,40 @@ def histogram_distance(p: torch.Tensor, q: torch.Tensor) -> float:
     return 0.5 * ((p - q).abs().sum() + ((1 - p.sum()) - (1 - q.sum())).abs()).item()
 
 
+def concrete_samples_of_its_own(
+    logits: torch.Tensor, temperature: float, n: int, generator: torch.Generator | None = None
+) -> torch.Tensor:
+    """n Concrete samples (n, K), softmax((logits + g) / tau), drawn apart from the mechanism
+    (its own Gumbel noise): the reference histogram of the density check's nulls, which no
+    mutant of the mechanism reaches."""
+    k = checks.tensor("logits", logits, "(K,)", dtype="floating")["K"]
+    n = checks.integer("n", n)
+    noise = gumbel_noise_of_its_own((n, k), generator, logits.dtype)
+    return torch.softmax((logits + noise) / temperature, dim=-1)
+
+
+def ablated_log_density(
+    y: torch.Tensor,
+    logits: torch.Tensor,
+    temperature: float,
+    *,
+    with_gamma: bool = True,
+    exponent_shift: int = 0,
+) -> torch.Tensor:
+    """The Concrete log-density written afresh (not through the mechanism), with two ways to
+    get it wrong: without the constant Gamma(K), or with the exponent -(K + exponent_shift)
+    in place of -K. The density check's nulls; with the defaults it is the formula itself."""
+    k = checks.tensor("logits", logits, "(K,)", dtype="floating")["K"]
+    if not isinstance(y, torch.Tensor) or y.dim() == 0 or y.shape[-1] != k:
+        raise ValueError(f"y must have shape (..., K) with K = {k}, as the logits")
+    log_pi = torch.log_softmax(logits, dim=-1)
+    log_y = torch.log(y)
+    # log G(K) + (K-1) log tau - (K + shift) log sum_i pi_i y_i^-tau + sum_k log pi_k y_k^(-tau-1)
+    constant = (math.lgamma(k) if with_gamma else 0.0) + (k - 1) * math.log(temperature)
+    mixture = torch.logsumexp(log_pi - temperature * log_y, dim=-1)
+    return constant - (k + exponent_shift) * mixture + (log_pi - (temperature + 1) * log_y).sum(-1)
+
+
 # -- the estimator lab ---------------------------------------------------------------------------
 
 
@@ -160,16 +194,69 @@ def quadratic_objective(weights: torch.Tensor, target: float = 0.5) -> concrete.
 
 @dataclass(frozen=True)
 class EstimatorStats:
-    """Bias = |mean estimate - exact gradient|; variance = trace of the estimates' covariance."""
+    """Bias = |mean estimate - exact gradient|; variance = trace of the estimates' covariance,
+    with its standard error `variance_se` (`variance_standard_error`)."""
 
     bias: float
     variance: float
+    variance_se: float = 0.0
 
 
 def estimator_stats(estimates: torch.Tensor, exact: torch.Tensor) -> EstimatorStats:
     bias = (estimates.mean(0) - exact).norm().item()
     variance = estimates.var(0).sum().item()
-    return EstimatorStats(bias=bias, variance=variance)
+    return EstimatorStats(
+        bias=bias, variance=variance, variance_se=variance_standard_error(estimates)
+    )
+
+
+def variance_standard_error(estimates: torch.Tensor) -> float:
+    """The standard error of `estimator_stats`' variance (the trace of the covariance of the
+    estimates (n, K)): the spread of the squared distances to the mean, over sqrt(n)."""
+    n = checks.tensor("estimates", estimates, "(n, K)")["n"]
+    squared = (estimates - estimates.mean(0)).pow(2).sum(-1)
+    return (squared.std() / math.sqrt(n)).item()
+
+
+def gumbel_noise_of_its_own(shape, generator: torch.Generator | None = None, dtype=torch.float64):
+    """Gumbel noise -log(-log u), written apart from the mechanism's, for the nulls."""
+    u = torch.rand(shape, generator=generator, dtype=dtype).clamp(1e-12, 1 - 1e-12)
+    return -torch.log(-torch.log(u))
+
+
+def plain_score_function_gradients(
+    logits: torch.Tensor, f, n: int, *, samples: int = 1, generator: torch.Generator | None = None
+) -> torch.Tensor:
+    """n REINFORCE estimates (n, K) without a baseline, each the mean over `samples` draws,
+    with a sampler of their own (torch.multinomial): the lab's null, which no mutant of the
+    mechanism reaches."""
+    k = checks.tensor("logits", logits, "(K,)", dtype="floating")["K"]
+    n, samples = checks.integer("n", n), checks.integer("samples", samples)
+    z = sample_categorical(logits.expand(n * samples, k), generator)
+    # f(z) * grad log p(z) = f(z) * (z - pi)
+    score = z - torch.softmax(logits, dim=-1)
+    return (f(z).unsqueeze(-1) * score).view(n, samples, k).mean(1)
+
+
+def logits_alone_gradients(
+    logits: torch.Tensor,
+    f,
+    n: int,
+    temperature: float,
+    *,
+    samples: int = 1,
+    generator: torch.Generator | None = None,
+) -> torch.Tensor:
+    """n reparameterised estimates (n, K) through softmax(logits / tau + g), the temperature on
+    the logits alone: a softmax that also turns one-hot as tau falls, but whose argmax is not a
+    sample of the categorical. Written apart from the mechanism, for the nulls."""
+    k = checks.tensor("logits", logits, "(K,)", dtype="floating")["K"]
+    n, samples = checks.integer("n", n), checks.integer("samples", samples)
+    temperature = checks.number("temperature", temperature, 0.0, low_open=True)
+    theta = logits.detach().expand(n * samples, k).clone().requires_grad_(True)
+    noise = gumbel_noise_of_its_own(theta.shape, generator, logits.dtype)
+    f(torch.softmax(theta / temperature + noise, dim=-1)).sum().backward()
+    return theta.grad.view(n, samples, k).mean(1)
 
 
 def crossing(xs, ys, level: float) -> float | None:
@@ -187,10 +274,13 @@ def crossing(xs, ys, level: float) -> float | None:
 
 
 class CategoricalVAE(nn.Module):
-    """x -> q(z|x), z = `n_latents` categorical variables of `n_categories` -> p(x|z) Bernoulli.
+    """x -> q(z|x), z = `n_latents` categorical variables of `n_categories` -> p(x|z) Bernoulli,
+    with a learned categorical prior p(z) (one softmax per variable), as in Jang et al.
 
     The paper's VAE has 20 variables of 10 categories on 784-pixel MNIST; ours has 8 of 10 on
-    the 64-pixel digits. The prior is uniform over each variable's categories.
+    the 64-pixel digits. `baseline` is REINFORCE's input-dependent baseline b(x) (NVIL's); it is
+    built for every estimator, so that all of them start from the same encoder and decoder, and
+    only REINFORCE trains it.
     """
 
     def __init__(
@@ -204,6 +294,8 @@ class CategoricalVAE(nn.Module):
         code = n_latents * n_categories
         self.encoder = mlp([n_pixels, hidden, code])
         self.decoder = mlp([code, hidden, n_pixels])
+        self.prior_logits = nn.Parameter(torch.zeros(n_latents, n_categories))
+        self.baseline = mlp([n_pixels, hidden // 2, 1])
 
     def posterior_logits(self, x: torch.Tensor) -> torch.Tensor:
         """Logits of q(z|x), shape (B, n_latents, n_categories)."""
@@ -214,18 +306,47 @@ class CategoricalVAE(nn.Module):
         logits = self.decoder(z.flatten(1))
         return F.binary_cross_entropy_with_logits(logits, x, reduction="none").sum(-1)
 
-    def kl_to_uniform(self, logits: torch.Tensor) -> torch.Tensor:
-        """KL(q(z|x) || uniform), summed over variables: (B,).
+    def kl_to_prior(self, logits: torch.Tensor) -> torch.Tensor:
+        """KL(q(z|x) || p(z)), summed over variables: (B,).
 
         This is the Gumbel-softmax paper's convention (discrete KL), not the Concrete paper's
         relaxed one; do not mix the two.
         """
-        # KL = sum_k q_k (log q_k + log K)
+        # KL = sum_k q_k (log q_k - log p_k)
         log_q = torch.log_softmax(logits, dim=-1)
-        return (log_q.exp() * (log_q + math.log(self.n_categories))).sum((-1, -2))
+        log_p = torch.log_softmax(self.prior_logits, dim=-1)
+        return (log_q.exp() * (log_q - log_p)).sum((-1, -2))
 
 
-ESTIMATORS = ("gumbel_softmax", "straight_through", "reinforce")
+def sample_categorical(logits: torch.Tensor, generator: torch.Generator | None = None):
+    """One-hot draws of Categorical(softmax(logits)) along the last dim, by inverse-CDF sampling
+    (torch.multinomial), not by the mechanism's Gumbel-max: REINFORCE, the nulls and the
+    evaluation sample with code of their own, which no mutant of the mechanism reaches."""
+    k = logits.shape[-1]
+    probs = torch.softmax(logits.detach().reshape(-1, k), dim=-1)
+    index = torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+    return F.one_hot(index, k).to(logits.dtype).view(logits.shape)
+
+
+ESTIMATORS = ("gumbel_softmax", "straight_through", "reinforce", "reinforce_moving_average")
+
+
+@dataclass
+class ScoreFunctionState:
+    """REINFORCE's running statistics (NVIL): the mean c of the learning signal and the variance
+    v of the centred signal, as exponential moving averages; None before the first batch."""
+
+    decay: float = 0.9
+    mean: float | None = None
+    variance: float | None = None
+
+    def update(self, signal: torch.Tensor, centred: torch.Tensor) -> None:
+        m, v = signal.mean().item(), centred.pow(2).mean().item()
+        if self.mean is None:
+            self.mean, self.variance = m, v
+        else:
+            self.mean = self.decay * self.mean + (1 - self.decay) * m
+            self.variance = self.decay * self.variance + (1 - self.decay) * v
 
 
 def vae_loss(
@@ -234,28 +355,42 @@ def vae_loss(
     *,
     estimator: str,
     temperature: float,
-    baseline: float | None = None,
+    state: ScoreFunctionState | None = None,
     generator: torch.Generator | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """A surrogate loss whose gradient is the estimator's, and -log p(x|z) per example.
 
     - "gumbel_softmax": decode the relaxed sample y; gradients flow through y.
     - "straight_through": decode the one-hot z; gradients flow through y.
-    - "reinforce": decode the one-hot z; the encoder gets (nll - baseline) * grad log q(z|x),
-      with the batch's mean nll as the baseline when none is given.
+    - "reinforce": decode the one-hot z; the encoder gets the score-function gradient with
+      NVIL's variance reduction: the learning signal -log p(x|z) centred by a running mean c and
+      an input-dependent baseline b(x) (trained to predict it), and the encoder's gradient
+      divided by max(1, sqrt(v)), v the running variance of the centred signal.
+    - "reinforce_moving_average": the same without b(x) and without the normalisation (a null).
     The KL term is analytic in every case.
     """
     checks.one_of("estimator", estimator, ESTIMATORS)
     logits = model.posterior_logits(x)
-    kl = model.kl_to_uniform(logits)
-    if estimator == "reinforce":
-        z = concrete.gumbel_max(logits.detach(), generator)
+    kl = model.kl_to_prior(logits)
+    if estimator.startswith("reinforce"):
+        state = ScoreFunctionState() if state is None else state
+        z = sample_categorical(logits, generator)
         nll = model.reconstruction_nll(x, z)
-        if baseline is None:
-            baseline = nll.detach().mean()
+        signal = nll.detach()
         log_q = (torch.log_softmax(logits, dim=-1) * z).sum((-1, -2))
-        # gradient nll'(z) + (nll - b) grad log q(z|x) + grad KL
-        surrogate = nll + (nll.detach() - baseline) * log_q + kl
+        c = signal.mean().item() if state.mean is None else state.mean
+        if estimator == "reinforce":
+            b = model.baseline(x).squeeze(-1)
+            centred = signal - c - b.detach()
+            state.update(signal, centred)
+            scale = max(1.0, math.sqrt(state.variance))
+            # (l - c - b(x)) / max(1, sqrt v) * grad log q(z|x), and b(x) fitted to l - c
+            encoder = (centred * log_q + kl) / scale
+            surrogate = nll + encoder + (signal - c - b) ** 2
+        else:
+            centred = signal - c
+            state.update(signal, centred)
+            surrogate = nll + centred * log_q + kl
     else:
         hard = estimator == "straight_through"
         y = concrete.relax(logits, temperature, hard=hard, generator=generator)
@@ -264,23 +399,62 @@ def vae_loss(
     return surrogate.mean(), nll.detach()
 
 
+def negative_bound(
+    model: CategoricalVAE, x: torch.Tensor, *, samples: int = 100, seed: int = 0
+) -> torch.Tensor:
+    """The negative m-sample bound per example, in nats, shape (N,):
+    -log (1/m) sum_i p(x|z_i) p(z_i) / q(z_i|x), z_i ~ q(z|x) discrete (the relaxation is for
+    training only). m = 1 is the single-sample -ELBO; it falls toward -log p(x) as m grows.
+    The noise follows `seed`, the same at every call."""
+    checks.tensor("x", x, "(B, D)", D=model.decoder[-1].out_features)
+    samples = checks.integer("samples", samples)
+    noise = generator(seed, stream=EVALUATION)
+    with torch.no_grad():
+        logits = model.posterior_logits(x)
+        log_q_all = torch.log_softmax(logits, dim=-1)
+        log_p_all = torch.log_softmax(model.prior_logits, dim=-1)
+        weights = []
+        for _ in range(samples):
+            z = sample_categorical(logits, noise)
+            # log w = log p(x|z) + log p(z) - log q(z|x)
+            weights.append(
+                -model.reconstruction_nll(x, z)
+                + (z * log_p_all).sum((-1, -2))
+                - (z * log_q_all).sum((-1, -2))
+            )
+        return -(torch.logsumexp(torch.stack(weights), 0) - math.log(samples))
+
+
 def negative_elbo(
     model: CategoricalVAE, x: torch.Tensor, *, samples: int = 10, seed: int = 0
 ) -> float:
-    """Mean -ELBO in nats, with discrete z ~ q(z|x) (the relaxation is for training only); the
-    noise follows `seed`, the same at every call."""
+    """Mean -ELBO in nats with the KL analytic: E_q[-log p(x|z)] over `samples` discrete
+    draws, plus KL(q || p)."""
     checks.tensor("x", x, "(B, D)", D=model.decoder[-1].out_features)
     noise = generator(seed, stream=EVALUATION)
     with torch.no_grad():
         logits = model.posterior_logits(x)
-        # -ELBO = E_q[-log p(x|z)] + KL(q || prior)
         nll = torch.stack(
-            [
-                model.reconstruction_nll(x, concrete.gumbel_max(logits, noise))
-                for _ in range(samples)
-            ]
+            [model.reconstruction_nll(x, sample_categorical(logits, noise)) for _ in range(samples)]
         )
-        return (nll.mean(0) + model.kl_to_uniform(logits)).mean().item()
+        return (nll.mean(0) + model.kl_to_prior(logits)).mean().item()
+
+
+def independent_pixels_nll(train_x: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """-log p(x) per example (N,) of the model without a latent variable: each pixel an
+    independent Bernoulli at its training frequency (add-one counts, so that no pixel has
+    probability 0 or 1). It is what a decoder with a learned constant input converges to."""
+    d = checks.tensor("train_x", train_x, "(N, D)", dtype="floating")["D"]
+    checks.tensor("x", x, "(M, D)", D=d, dtype="floating")
+    p = (train_x.sum(0) + 1) / (len(train_x) + 2)
+    return -(x * p.log() + (1 - x) * (1 - p).log()).sum(-1)
+
+
+def paired_standard_error(a: torch.Tensor, b: torch.Tensor) -> float:
+    """The standard error of mean(a - b) over paired per-example values (N,)."""
+    n = checks.tensor("a", a, "(N,)")["N"]
+    checks.tensor("b", b, "(N,)", N=n)
+    return ((a - b).double().std() / math.sqrt(n)).item()
 
 
 def temperature_schedule(step: int, rate: float, floor: float = 0.5) -> float:
@@ -291,7 +465,7 @@ def temperature_schedule(step: int, rate: float, floor: float = 0.5) -> float:
 
 @dataclass
 class VAERun(Run):
-    """A trained CategoricalVAE and the History of its validation -ELBO ("val_neg_elbo")."""
+    """A trained CategoricalVAE and the History of its validation bound ("val_bound")."""
 
     model: CategoricalVAE
 
@@ -306,11 +480,11 @@ def train_vae(
     batch_size: int = 100,
     lr: float = 1e-3,
     anneal_rate: float = 3e-4,
-    baseline_decay: float = 0.99,
     eval_every: int = 250,
+    eval_samples: int = 10,
 ) -> VAERun:
-    """Train a CategoricalVAE with one estimator ("gumbel_softmax", "straight_through" or
-    "reinforce"); its validation -ELBO is logged every `eval_every` updates.
+    """Train a CategoricalVAE with one estimator (`ESTIMATORS`); its validation bound
+    (`negative_bound` with `eval_samples` draws) is logged every `eval_every` updates.
 
     `seed` fixes every random choice: the initial weights, the batches, the estimator's noise
     and the evaluation's noise, each from its own stream.
@@ -321,31 +495,21 @@ def train_vae(
     checks.integer("seed", seed, 0)
     checks.number("lr", lr, 0.0, low_open=True)
     checks.number("anneal_rate", anneal_rate, 0.0)
-    checks.number("baseline_decay", baseline_decay, 0.0, 1.0, high_open=True)
     with seeded(seed):
         model = CategoricalVAE(n_pixels=n_pixels)
-    optimizer = torch.optim.Adam(model.parameters(), lr=lr)
+    optimizer = torch.optim.Adam(model.parameters(), lr=lr, foreach=True)
     batches = minibatches(len(train_x), batch_size, generator(seed, stream=BATCHES))
     noise = generator(seed, stream=NOISE)
-    # REINFORCE's control variate: a moving average of the reconstruction term, started at the
-    # first batch's mean (from zero it would take hundreds of updates to reach the nll's scale).
-    baseline = None
+    state = ScoreFunctionState()
 
     def loss_of_update(i: int) -> torch.Tensor:
-        nonlocal baseline
-        loss, nll = vae_loss(
+        loss, _ = vae_loss(
             model,
             train_x[next(batches)],
             estimator=estimator,
             temperature=temperature_schedule(i, anneal_rate),
-            baseline=baseline,
+            state=state,
             generator=noise,
-        )
-        mean_nll = nll.mean().item()
-        baseline = (
-            mean_nll
-            if baseline is None
-            else (baseline_decay * baseline + (1 - baseline_decay) * mean_nll)
         )
         return loss
 
@@ -354,7 +518,9 @@ def train_vae(
         optimizer,
         loss_of_update,
         steps,
-        evaluate=lambda: {"val_neg_elbo": negative_elbo(model, val_x, seed=seed)},
+        evaluate=lambda: {
+            "val_bound": negative_bound(model, val_x, samples=eval_samples, seed=seed).mean().item()
+        },
         eval_every=eval_every,
         desc=estimator,
     )

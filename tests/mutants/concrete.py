@@ -23,6 +23,18 @@ def temperature_on_the_logits_alone():
     m.relax = relax
 
 
+def softmax_over_the_wrong_axis():
+    """The relaxation's softmax runs over dim=1: the right axis for the (N, K) logits of the
+    samplers and the estimator lab, the wrong one for the VAE's (B, latents, K), where it mixes
+    the latent variables instead of normalising each one."""
+
+    def relax(logits, temperature, *, hard=False, generator=None):
+        y = torch.softmax((logits + m.gumbel_noise(logits, generator)) / temperature, dim=1)
+        return m.straight_through(y) if hard else y
+
+    m.relax = relax
+
+
 def exponential_noise_for_gumbel():
     """The noise is -log(u), an exponential variable, instead of the Gumbel -log(-log u)."""
 
@@ -54,6 +66,7 @@ def density_with_gamma_of_k_minus_one():
 
 
 MUTANTS = [
+    softmax_over_the_wrong_axis,
     temperature_on_the_logits_alone,
     exponential_noise_for_gumbel,
     straight_through_without_the_detach,
