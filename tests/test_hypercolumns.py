@@ -580,7 +580,7 @@ def test_raw_pixels_sit_at_the_networks_strides():
     assert torch.allclose(experiment.RawPixels().feature_maps(x)[3][:, 0, 0, 0], x.mean((1, 2, 3)))
 
 
-def test_segment_keeps_the_best_rate_on_validation_and_the_nulls_code_agrees():
+def test_segment_keeps_the_rate_of_lowest_validation_cross_entropy_and_the_nulls_code_agrees():
     train = experiment.generate_shapes(40, generator=gen(60))
     val = experiment.generate_shapes(10, generator=gen(65))
     test = experiment.generate_shapes(10, generator=gen(61))
@@ -606,8 +606,8 @@ def test_segment_keeps_the_best_rate_on_validation_and_the_nulls_code_agrees():
         assert run.masks["test"].shape == (10, 24, 24)
         assert set(run.scores["test"]) == {"iou", "accuracy", "boundary_accuracy"}
         assert list(run.validation) == [0.001, 0.05]
-        assert run.validation[run.lr] == max(run.validation.values())
-        assert run.scores["val"]["iou"] == run.validation[run.lr]
+        assert run.validation[run.lr] == min(run.validation.values())
+        assert run.masks["val"].shape == (10, 24, 24)
     # The same pixels, the same batches, the same math: the same masks, nearly to the pixel.
     agree = (runs[0].masks["test"] == runs[1].masks["test"]).float().mean()
     assert agree > 0.99
@@ -622,6 +622,56 @@ def test_segment_keeps_the_best_rate_on_validation_and_the_nulls_code_agrees():
             interpolate=False,
             reference=True,
         )
+
+
+def test_validation_cross_entropy_is_the_training_loss_with_the_bilinear_weights():
+    data = experiment.generate_shapes(6, generator=gen(80))
+    net = experiment.untrained(seed=3)
+    sample = experiment.sample_pixels(net, data, ["conv1", "gap"], 500, generator=gen(81))
+    val = experiment.sample_pixels(net, data, ["conv1", "gap"], 300, generator=gen(82))
+    beta = hc.interpolation_weights(3, 24)[:, val.positions[:, 0], val.positions[:, 1]].T
+    for interpolate in (True, False):  # trained through the blend or cell by cell: scored blended
+        classifiers, _ = experiment.train_pixel_classifiers(
+            sample,
+            [0.01, 0.1],
+            grid=3,
+            per_category=True,
+            interpolate=interpolate,
+            seed=0,
+            steps=10,
+        )
+        scores = experiment.validation_cross_entropy(classifiers, val)
+        for classifier, score in zip(classifiers, scores, strict=True):
+            log_p = classifier.at_pixels(val.features, beta, val.categories)
+            assert math.isclose(score, F.cross_entropy(log_p, val.labels).item(), rel_tol=1e-6)
+        assert scores[0] != scores[1]
+    plain, _ = experiment.train_pixel_classifiers(
+        sample, [0.01], grid=3, per_category=True, seed=0, steps=10, reference=True
+    )
+    mechanism, _ = experiment.train_pixel_classifiers(
+        sample, [0.01], grid=3, per_category=True, seed=0, steps=10
+    )
+    assert math.isclose(
+        experiment.validation_cross_entropy(plain, val, reference=True)[0],
+        experiment.validation_cross_entropy(mechanism, val)[0],
+        rel_tol=1e-4,
+    )
+
+
+def test_segment_on_a_sample_drawn_apart_is_segment_drawing_it():
+    train = experiment.generate_shapes(20, generator=gen(90))
+    val = experiment.generate_shapes(6, generator=gen(91))
+    net = experiment.untrained(seed=4)
+    options = {"grid": 2, "seed": 0, "lrs": (0.01, 0.1), "n_pixels": 800, "steps": 10}
+    drawn = experiment.segment(
+        net, ["conv1", "gap"], train, val, val, pixel_generator=gen(92), **options
+    )
+    sample = experiment.sample_pixels(net, train, ["conv1", "gap"], 800, generator=gen(92))
+    given = experiment.segment(net, ["conv1", "gap"], train, val, val, sample=sample, **options)
+    assert torch.equal(drawn.masks["test"], given.masks["test"])
+    assert drawn.validation == given.validation
+    with pytest.raises(ValueError, match="pixel_generator or a sample"):
+        experiment.segment(net, ["gap"], train, val, val, **options)
 
 
 def test_plain_copy_holds_the_classifiers_weights_and_computes_the_same_blend():

@@ -12,9 +12,13 @@ nulls (the untrained network, raw pixels, the top layer alone) run on code of th
 ("the nulls' own code"), the same computation written out in plain torch, so that no mutant of
 the mechanism reaches them; a unit test checks that the two agree on the unbroken mechanism.
 
+Every arm's learning rate is chosen on one grid by its validation cross-entropy (the training
+loss on pixels of the validation windows, `validation_cross_entropy`), which rises on either
+side of each arm's best rate where the validation IoU can stay flat.
+
 Arguments are checked at the entry points (`generate_shapes`, `ShapeNet`, `pretrain`,
-`sample_pixels`, `train_pixel_classifier`, `boundary_band`, `segmentation_scores`,
-`predict_masks`, `segment`, `paired_difference`).
+`sample_pixels`, `train_pixel_classifier`, `validation_cross_entropy`, `boundary_band`,
+`segmentation_scores`, `predict_masks`, `segment`, `paired_difference`).
 """
 
 from __future__ import annotations
@@ -42,7 +46,7 @@ SHAPES = ("circle", "square", "triangle")
 LAYERS = hypercolumns.LAYERS  # the names, bound once: the nulls' code reads them from here
 
 # The random streams of the training runs, each drawn from generator(seed, stream).
-PRETRAIN_BATCHES, PIXEL_BATCHES = 1, 5
+PRETRAIN_BATCHES, PIXEL_BATCHES, VALIDATION_PIXELS = 1, 5, 6
 
 # -- the data: shapes in a noisy window -----------------------------------------------------------
 
@@ -262,9 +266,9 @@ class PlainLocationClassifier(nn.Module):
         z = (h - self.feature_mean) / self.feature_std
         every = z @ self.weight.flatten(0, 2).T + self.bias.flatten()  # every category's cells
         scores = every.view(len(h), *self.bias.shape)[torch.arange(len(h)), c]
-        # the softmax of two scores, through log_softmax: torch's softmax is slow on a last
-        # dimension of two
-        return (beta.unsqueeze(-1) * scores.log_softmax(-1).exp()).sum(1).clamp_min(1e-30).log()
+        # log sum_k beta_ik softmax(scores_ik), in log space so that a confident wrong answer
+        # costs its full log-likelihood (a weight of 0 is log 0 = -inf, which drops the cell)
+        return torch.logsumexp(beta.log().unsqueeze(-1) + scores.log_softmax(-1), dim=1)
 
     def forward(self, h, categories=None):
         c = torch.zeros(len(h), dtype=torch.long) if categories is None else categories
@@ -470,7 +474,8 @@ def train_pixel_classifiers(
         for r, classifier in enumerate(classifiers):
             if stopped[r]:
                 continue
-            loss = F.cross_entropy(classifier.at_pixels(features, mix, c), labels)
+            # the blended log-probabilities are normalised: their NLL is the cross-entropy
+            loss = F.nll_loss(classifier.at_pixels(features, mix, c), labels)
             stopped[r] = not math.isfinite(loss.item())
             total = total if stopped[r] else total + loss
         # every rate stopped: a non-finite loss ends the loop as in a separate run
@@ -527,49 +532,52 @@ def predict_masks(
     `layers`, classified pixel by pixel by the classifiers of each window's category (N,), the
     more probable class at each pixel; `reference`: the nulls' own code throughout (with a
     PlainLocationClassifier)."""
-    (masks,) = predict_masks_of_each(
-        model, [classifier], images, layers, categories, chunk=chunk, reference=reference
-    )
-    return masks
-
-
-def predict_masks_of_each(
-    model: nn.Module,
-    classifiers: Sequence[nn.Module],
-    images: torch.Tensor,
-    layers: Sequence[str],
-    categories: torch.Tensor | None = None,
-    *,
-    chunk: int = 100,
-    reference: bool = False,
-) -> list[torch.Tensor]:
-    """`predict_masks` for each classifier of a list (a rate grid's), the images' hypercolumns
-    stacked once for all of them."""
     checks.tensor("images", images, "(N, 1, H, W)", dtype="floating")
     checks.boolean("reference", reference)
     if reference:
-        if not all(isinstance(c, PlainLocationClassifier) for c in classifiers):
+        if not isinstance(classifier, PlainLocationClassifier):
             raise TypeError("the nulls' own code needs a PlainLocationClassifier")
     else:
-        for classifier in classifiers:  # each checks the categories against its own sets
-            checked = classifier.categories_of(categories, images.shape[0])
-        categories = checked
-    masks = [[] for _ in classifiers]
+        categories = classifier.categories_of(categories, images.shape[0])
+    masks = []
     with torch.no_grad():
         for start in range(0, images.shape[0], chunk):
             x = images[start : start + chunk]
             h = _stacked(model, x, layers, tuple(x.shape[-2:]), reference)
             c = None if categories is None else categories[start : start + chunk]
-            for found, classifier in zip(masks, classifiers, strict=True):
-                found.append(classifier(h, c).argmax(1))
-    return [torch.cat(found) for found in masks]
+            masks.append(classifier(h, c).argmax(1))
+    return torch.cat(masks)
+
+
+def validation_cross_entropy(
+    classifiers: Sequence[nn.Module], sample: PixelSample, *, reference: bool = False
+) -> list[float]:
+    """For each classifier of a list (a rate grid's): the mean negative log-likelihood of the
+    sampled validation pixels' labels under its blended probabilities, the loss it was trained
+    on. The cells' weights are the bilinear ones, as at test time, whether or not the classifier
+    was trained through them; each pixel's window category picks its set where the classifiers
+    hold one per category. `reference`: the nulls' own weights (`plain_weights`)."""
+    d = checks.tensor("sample.features", sample.features, "(N, D)", dtype="floating")
+    checks.tensor("sample.labels", sample.labels, "(N,)", N=d["N"])
+    checks.boolean("reference", reference)
+    weights = plain_weights if reference else hypercolumns.interpolation_weights
+    scores = []
+    with torch.no_grad():
+        for classifier in classifiers:
+            beta_maps = weights(classifier.grid, sample.size)  # (K^2, H, W)
+            beta = beta_maps[:, sample.positions[:, 0], sample.positions[:, 1]].T  # (N, K^2)
+            c = sample.categories if classifier.n_categories > 1 else None
+            log_p = classifier.at_pixels(sample.features, beta, c)
+            scores.append(F.nll_loss(log_p, sample.labels).item())
+    return scores
 
 
 @dataclass(frozen=True)
 class Segmentation:
     """One segmentation arm: its classifier, for each split scored its predicted masks and its
-    scores (`segmentation_scores`), and the validation IoU of every learning rate tried (the
-    classifier is the one of the best; one rate: no tuning)."""
+    scores (`segmentation_scores`), its learning rate and the validation cross-entropy of every
+    rate tried (`validation_cross_entropy`; the classifier is the one of the lowest; one rate:
+    no tuning)."""
 
     classifier: nn.Module
     masks: dict[str, torch.Tensor]
@@ -587,34 +595,34 @@ def segment(
     *,
     grid: int,
     seed: int,
-    pixel_generator: torch.Generator,
+    pixel_generator: torch.Generator | None = None,
     lrs: Sequence[float] = (0.05,),
     n_pixels: int = 20_000,
     per_category: bool = True,
     interpolate: bool = True,
     reference: bool = False,
     steps: int = 150,
+    batch_size: int = 2048,
     decay: bool = False,
+    sample: PixelSample | None = None,
 ) -> Segmentation:
-    """Sample `n_pixels` training pixels of `train` (from `pixel_generator`), fit the pixel
-    classifiers over the hypercolumns of `layers` once per learning rate in `lrs`, keep the one
-    with the best validation IoU, and predict and score its masks on `val` and `test` (each
-    window's category picking its classifiers where `per_category`). Every rate trains on the
-    same pixels and batches: the arms of one grid differ in their rate alone."""
+    """Sample `n_pixels` training pixels of `train` (from `pixel_generator`; or take `sample`,
+    drawn by `sample_pixels` for these `layers` of this `model`), fit the pixel classifiers
+    over the hypercolumns of `layers` once per learning rate in `lrs`, keep the one with the
+    lowest cross-entropy on `n_pixels` validation pixels of `val` (drawn from the stream
+    VALIDATION_PIXELS of `seed`: the same pixels for every arm of a seed), and predict and
+    score its masks on `val` and `test` (each window's category picking its classifiers where
+    `per_category`). Every rate trains on the same pixels and batches: the arms of one grid
+    differ in their rate alone."""
     lrs = [checks.number("lrs", lr, 0.0, low_open=True) for lr in lrs]
     if not lrs:
         raise ValueError("lrs must hold at least one learning rate")
-    sample = sample_pixels(
-        model, train, layers, n_pixels, generator=pixel_generator, reference=reference
-    )
-
-    def masks_of(classifier, data):
-        categories = data.labels if per_category else None
-        return predict_masks(
-            model, classifier, data.images, layers, categories, reference=reference
+    if sample is None:
+        if pixel_generator is None:
+            raise ValueError("segment needs a pixel_generator or a sample")
+        sample = sample_pixels(
+            model, train, layers, n_pixels, generator=pixel_generator, reference=reference
         )
-
-    val_band = boundary_band(val.masks)
     classifiers, _ = train_pixel_classifiers(
         sample,
         lrs,
@@ -623,30 +631,51 @@ def segment(
         interpolate=interpolate,
         seed=seed,
         steps=steps,
+        batch_size=batch_size,
         decay=decay,
         reference=reference,
     )
-    every_val_masks = predict_masks_of_each(
-        model,
-        classifiers,
-        val.images,
-        layers,
-        val.labels if per_category else None,
-        reference=reference,
-    )
-    best = None
-    validation = {}
-    for lr, classifier, val_masks in zip(lrs, classifiers, every_val_masks, strict=True):
-        validation[lr] = segmentation_scores(val_masks, val.masks, val_band)["iou"]
-        if best is None or validation[lr] > validation[best[0]]:
-            best = (lr, classifier, val_masks)
-    lr, classifier, val_masks = best
-    masks = {"val": val_masks, "test": masks_of(classifier, test)}
-    scores = {
-        "val": segmentation_scores(val_masks, val.masks, val_band),
-        "test": segmentation_scores(masks["test"], test.masks, boundary_band(test.masks)),
+    if len(lrs) > 1:
+        val_sample = sample_pixels(
+            model,
+            val,
+            layers,
+            n_pixels,
+            generator=generator(seed, stream=VALIDATION_PIXELS),
+            reference=reference,
+        )
+        validation = dict(
+            zip(
+                lrs,
+                validation_cross_entropy(classifiers, val_sample, reference=reference),
+                strict=True,
+            )
+        )
+    else:
+        validation = {lrs[0]: math.nan}  # one rate: nothing to choose
+    best = min(range(len(lrs)), key=lambda r: _finite_or_inf(validation[lrs[r]]))
+    classifier = classifiers[best]
+    masks = {
+        name: predict_masks(
+            model,
+            classifier,
+            data.images,
+            layers,
+            data.labels if per_category else None,
+            reference=reference,
+        )
+        for name, data in (("val", val), ("test", test))
     }
-    return Segmentation(classifier, masks, scores, lr, validation)
+    scores = {
+        name: segmentation_scores(masks[name], data.masks, boundary_band(data.masks))
+        for name, data in (("val", val), ("test", test))
+    }
+    return Segmentation(classifier, masks, scores, lrs[best], validation)
+
+
+def _finite_or_inf(x: float) -> float:
+    """A score to minimise: a rate whose loss went non-finite is never chosen."""
+    return x if math.isfinite(x) else math.inf
 
 
 def paired_difference(
