@@ -536,10 +536,66 @@ def test_validation_score_averages_the_last_epochs_cross_entropy():
     run = experiment.randomization_test(
         data, seed=1, epochs=5, batch_size=30, hidden=8, lr=1e-2, val=(test_x, test_y)
     )
-    losses = run.history["val_loss"]
+    losses = run.validation["val_loss"]
+    assert len(losses) == 5 and "val_loss" not in run.history
     assert experiment.validation_score(run, last=3) == pytest.approx(sum(losses[-3:]) / 3)
     with pytest.raises(ValueError, match="validation losses"):
         experiment.validation_score(run, last=6)
+    # measured over the last epochs only: the same values, the earlier ones not measured
+    window = experiment.randomization_test(
+        data, seed=1, epochs=5, batch_size=30, hidden=8, lr=1e-2, val=(test_x, test_y), val_epochs=2
+    )
+    assert window.validation["val_loss"] == losses[-2:]
+    assert window.validation.steps == run.validation.steps[-2:]
+    with pytest.raises(ValueError, match="val_epochs"):
+        experiment.randomization_test(data, seed=1, epochs=2, val=(test_x, test_y), val_epochs=3)
     plain = experiment.randomization_test(data, seed=1, epochs=2, batch_size=30, hidden=8)
     with pytest.raises(ValueError, match="validation losses"):
         experiment.validation_score(plain, last=1)
+
+
+def test_a_condition_with_other_initial_weights_starts_elsewhere_and_trains_as_alone():
+    # init 0 is the seed's own weights; init k > 0 another draw of the seed's INITS stream,
+    # the same draw for every condition that asks for it, and each copy trains as it would alone
+    train_x, train_y, test_x, test_y = small_digits()
+    data = rg.RandomizedDigits(train_x, train_y, test_x, test_y, num_classes=4)
+    settings = {"seed": 3, "epochs": 1, "batch_size": 60, "hidden": 8, "lr": 1e-9}
+    runs = experiment.randomization_tests(
+        {
+            "seed's": experiment.Condition(data),
+            "other": experiment.Condition(data, init=1),
+            "other, again": experiment.Condition(data, init=1, weight_decay=0.1),
+            "third": experiment.Condition(data, init=2),
+        },
+        **settings,
+    )
+    first = [p.detach() for p in runs["seed's"].model.parameters()]
+    with pn.training.seeded(3):
+        template = experiment.network(16, 4, hidden=8, depth=2)
+    for a, b in zip(first, template.parameters(), strict=True):
+        assert torch.allclose(a, b, atol=1e-6)  # a rate of 1e-9 barely moves them
+    other = [p.detach() for p in runs["other"].model.parameters()]
+    again = [p.detach() for p in runs["other, again"].model.parameters()]
+    third = [p.detach() for p in runs["third"].model.parameters()]
+    assert all(torch.allclose(a, b, atol=1e-6) for a, b in zip(other, again, strict=True))
+    assert not torch.allclose(first[0], other[0]) and not torch.allclose(other[0], third[0])
+    seed_1 = experiment.initial_weights_seed(3, 1)
+    assert seed_1 != 3 and experiment.initial_weights_seed(3, 0) == 3
+    assert seed_1 == experiment.initial_weights_seed(3, 1) != experiment.initial_weights_seed(4, 1)
+    with pytest.raises(ValueError, match="init"):
+        experiment.randomization_tests({"bad": experiment.Condition(data, init=-1)}, **settings)
+    with pytest.raises(ValueError, match="templates"):
+        experiment.SideBySide([template], torch.zeros(2))
+
+
+def test_the_rest_of_a_distinct_subset_is_every_other_distinct_image():
+    x = torch.tensor([[0.0, 1], [1, 0], [0, 1], [2, 2], [3, 1], [1, 3]])
+    y = torch.tensor([0, 1, 0, 2, 3, 1])
+    sub_x, sub_y, rest_x, rest_y = experiment.distinct_subset_and_rest(x, y, 2, gen(16))
+    again_x, again_y = experiment.distinct_subset(x, y, 2, gen(16))
+    assert torch.equal(sub_x, again_x) and torch.equal(sub_y, again_y)  # the same draw
+    assert len(rest_x) == 3  # five distinct images, two drawn
+    both = torch.cat([sub_x, rest_x])
+    assert len(torch.unique(both, dim=0)) == 5
+    for image, label in zip(rest_x, rest_y, strict=True):
+        assert label == y[(x == image).all(1)][0]

@@ -10,7 +10,7 @@ reaches the chapter.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
@@ -25,9 +25,10 @@ from papernotes.data import minibatches
 # chapter's training digits come from SUBSET; Theorem 1's points, labelling and direction from
 # POINTS, LABELLING and DIRECTION (the ablations reuse DIRECTION, so all get one a), the
 # random-bias ablation's biases from BIASES; the dropout masks from DROPOUT; the nulls' labels
-# and pixels (`null_set`) from NULL_LABELS and NULL_PIXELS.
+# and pixels (`null_set`) from NULL_LABELS and NULL_PIXELS; the initial weights of a condition
+# that asks for other ones than the seed's (`Condition.init` > 0) from INITS.
 SUBSET, BATCHES, POINTS, LABELLING, DIRECTION, BIASES, DROPOUT = 0, 3, 4, 5, 6, 7, 8
-NULL_LABELS, NULL_PIXELS = 9, 10
+NULL_LABELS, NULL_PIXELS, INITS = 9, 10, 11
 
 
 def distinct_subset(
@@ -38,14 +39,23 @@ def distinct_subset(
     Two copies of one image would get two independent random labels that no classifier can
     both fit; duplicates are dropped before the draw.
     """
+    return distinct_subset_and_rest(x, y, n, generator)[:2]
+
+
+def distinct_subset_and_rest(
+    x: torch.Tensor, y: torch.Tensor, n: int, generator: torch.Generator | None = None
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """`distinct_subset`'s n examples (the same draw), then the distinct images of x it left
+    out, with their labels: images that no network trained on the subset has seen."""
     count = checks.tensor("x", x, "(N, D)")["N"]
     checks.tensor("y", y, "(N,)", N=count)
     keep = rethinking_generalization.first_occurrences(x)
     n = checks.integer("n", n)
     if n > len(keep):
         raise ValueError(f"n must be at most the {len(keep)} distinct images of x; got {n}")
-    chosen = keep[torch.randperm(len(keep), generator=generator)[:n]].sort().values
-    return x[chosen], y[chosen]
+    order = torch.randperm(len(keep), generator=generator)
+    chosen, rest = keep[order[:n]].sort().values, keep[order[n:]].sort().values
+    return x[chosen], y[chosen], x[rest], y[rest]
 
 
 # -- the randomization test: a fixed schedule, the epoch it fits, the test error at its end ------
@@ -55,11 +65,14 @@ def distinct_subset(
 class Run(training.Run):
     """A randomization test's run: per epoch (the History's steps count updates) the training
     loss, the training accuracy on the whole training set and the test accuracy; the epoch at
-    which the training accuracy first reached 100% (None: not within the schedule)."""
+    which the training accuracy first reached 100% (None: not within the schedule); with a
+    validation set, `validation` logs its accuracy and cross-entropy after each of the last
+    epochs (`randomization_tests`'s `val_epochs`)."""
 
     data: rethinking_generalization.RandomizedDigits
     updates_per_epoch: int
     epochs_to_fit: int | None
+    validation: training.History = field(default_factory=training.History)
 
     @property
     def epochs(self) -> list[int]:
@@ -149,11 +162,24 @@ class Condition:
     """One randomization test: its data and its explicit regulariser (none by default):
     `weight_decay` adds (weight_decay / 2) ||theta||^2 to the loss, all parameters (what Adam's
     coupled weight_decay does), `dropout` drops each hidden unit with that probability during
-    training."""
+    training. `init` picks the initial weights: 0 the seed's (every condition's by default),
+    k > 0 the k-th other draw of the seed's INITS stream (a replicate of a run from other
+    initial weights, with dropout masks of its own and the same batch order)."""
 
     data: rethinking_generalization.RandomizedDigits | FixedSet
     weight_decay: float = 0.0
     dropout: float = 0.0
+    init: int = 0
+
+
+def initial_weights_seed(seed: int, init: int) -> int:
+    """The torch seed of the initial weights `init` of a run with seed `seed`: the seed itself
+    for init 0, else the init-th draw of the seed's INITS stream."""
+    checks.integer("init", init, 0)
+    if init == 0:
+        return seed
+    draws = torch.randint(2**62, (init,), generator=training.generator(seed, INITS))
+    return int(draws[-1])
 
 
 class SideBySide(nn.Module):
@@ -161,17 +187,25 @@ class SideBySide(nn.Module):
     and biases (G, out), every copy starting from the template's weights, and member g sees only
     its own inputs. Copies share nothing but the update's batch indices: Adam is elementwise, so
     each copy's updates are those of its own run. Dropout of the last hidden layer, at each copy's
-    own rate, draws its masks from `masks` (a generator); a rate of 0 leaves a copy untouched."""
+    own rate, draws its masks from `masks` (a generator); a rate of 0 leaves a copy untouched.
+    `templates` is one MLP for every copy, or a list of G MLPs of one shape, copy g starting
+    from the g-th."""
 
-    def __init__(self, template: nn.Sequential, rates: torch.Tensor):
+    def __init__(self, templates: nn.Sequential | list[nn.Sequential], rates: torch.Tensor):
         super().__init__()
-        linears = [m for m in template if isinstance(m, nn.Linear)]
         g = len(rates)
+        if isinstance(templates, nn.Sequential):
+            templates = [templates] * g
+        if len(templates) != g:
+            raise ValueError(f"templates must be one MLP or {g}; got {len(templates)}")
+        per_copy = [[m for m in t if isinstance(m, nn.Linear)] for t in templates]
         self.weights = nn.ParameterList(
-            nn.Parameter(m.weight.detach().T.expand(g, -1, -1).clone()) for m in linears
+            nn.Parameter(torch.stack([m.weight.detach().T for m in layer]))
+            for layer in zip(*per_copy, strict=True)
         )
         self.biases = nn.ParameterList(
-            nn.Parameter(m.bias.detach().expand(g, -1).clone()) for m in linears
+            nn.Parameter(torch.stack([m.bias.detach() for m in layer]))
+            for layer in zip(*per_copy, strict=True)
         )
         self.register_buffer("keep", 1.0 - rates.float())
 
@@ -211,17 +245,21 @@ def randomization_tests(
     hidden: int = 512,
     depth: int = 2,
     val: tuple[torch.Tensor, torch.Tensor] | None = None,
+    val_epochs: int | None = None,
 ) -> dict[str, Run]:
     """Train one ReLU network (`depth` hidden layers of `hidden` units, no normalisation) per
     condition with Adam for exactly `epochs` epochs, measuring after every epoch; record the
     first epoch of 100% training accuracy.
 
-    Every condition starts from the same initial weights (the seed's) and sees the same batch
-    order, so two conditions differ only in their data and their regulariser. The networks
+    Every condition starts from the same initial weights (the seed's, unless its `init` asks
+    for others) and sees the same batch order, so two conditions differ only in their data and
+    their regulariser. The networks
     train side by side (`SideBySide`), which gives each the updates of its own run and costs
     about one run. After every epoch each network's training accuracy (on its whole training
-    set, dropout off), test accuracy and, with `val` (images, labels), validation accuracy and
-    cross-entropy are logged; each Run's model is its network as a plain MLP.
+    set, dropout off) and test accuracy are logged, and with `val` (images, labels), after each
+    of the last `val_epochs` epochs (None: every epoch), its validation accuracy and
+    cross-entropy (the window the regularisers are scored on need not cost more); each Run's
+    model is its network as a plain MLP.
     """
     if not conditions:
         raise ValueError("conditions must name at least one condition")
@@ -232,12 +270,16 @@ def randomization_tests(
             raise TypeError(f"data must be a RandomizedDigits; got {type(condition.data).__name__}")
         checks.number("weight_decay", condition.weight_decay, 0.0)
         checks.number("dropout", condition.dropout, 0.0, 1.0, high_open=True)
+        checks.integer("init", condition.init, 0)
     checks.integer("seed", seed, 0)
     epochs = checks.integer("epochs", epochs)
     checks.number("lr", lr, 0.0, low_open=True)
     batch_size = checks.integer("batch_size", batch_size)
     hidden = checks.integer("hidden", hidden)
     depth = checks.integer("depth", depth, 0)
+    val_epochs = epochs if val_epochs is None else checks.integer("val_epochs", val_epochs)
+    if val_epochs > epochs:
+        raise ValueError(f"val_epochs must be at most the {epochs} epochs; got {val_epochs}")
     names, chosen = list(conditions), list(conditions.values())
     first = chosen[0].data
     n, d = first.train_x.shape
@@ -246,11 +288,13 @@ def randomization_tests(
             raise ValueError("every condition must have training sets of one shape and classes")
     if batch_size > n:
         raise ValueError(f"batch_size must be at most the {n} training examples; got {batch_size}")
-    with training.seeded(seed):
-        template = network(d, first.num_classes, hidden=hidden, depth=depth)
+    templates = {}
+    for init in sorted({c.init for c in chosen}):
+        with training.seeded(initial_weights_seed(seed, init)):
+            templates[init] = network(d, first.num_classes, hidden=hidden, depth=depth)
     rates = torch.tensor([c.dropout for c in chosen])
     decay = torch.tensor([c.weight_decay for c in chosen]).view(-1, 1, 1)
-    model = SideBySide(template, rates)
+    model = SideBySide([templates[c.init] for c in chosen], rates)
     optimizer = torch.optim.Adam(model.parameters(), lr=lr)
     batches = minibatches(n, batch_size, training.generator(seed, BATCHES))
     masks = training.generator(seed, DROPOUT)
@@ -258,6 +302,7 @@ def randomization_tests(
     test_x = torch.stack([c.data.test_x for c in chosen])
     test_y = torch.stack([c.data.test_y for c in chosen])
     histories = [training.History() for _ in chosen]
+    validations = [training.History() for _ in chosen]
     fitted: list[int | None] = [None] * len(chosen)
     for epoch in range(1, epochs + 1):
         # each set as drawn at construction, the same every epoch
@@ -279,7 +324,8 @@ def randomization_tests(
         with training.evaluating(model):
             train_right = (model(x).argmax(-1) == y).float().mean(1)
             test_right = (model(test_x).argmax(-1) == test_y).float().mean(1)
-            if val is not None:
+            scored = val is not None and epoch > epochs - val_epochs
+            if scored:
                 val_logits = model(val[0].expand(len(chosen), -1, -1))
                 val_right = (val_logits.argmax(-1) == val[1]).float().mean(1)
                 val_loss = F.cross_entropy(
@@ -291,14 +337,23 @@ def randomization_tests(
                 "train_accuracy": train_right[g].item(),
                 "test_accuracy": test_right[g].item(),
             }
-            if val is not None:
-                metrics["val_accuracy"] = val_right[g].item()
-                metrics["val_loss"] = val_loss[g].item()
             history.log(epoch * updates_per_epoch, metrics)
+            if scored:
+                validations[g].log(
+                    epoch * updates_per_epoch,
+                    {"val_accuracy": val_right[g].item(), "val_loss": val_loss[g].item()},
+                )
             if fitted[g] is None and metrics["train_accuracy"] == 1.0:
                 fitted[g] = epoch
     return {
-        name: Run(model.member(g, c.dropout), histories[g], c.data, updates_per_epoch, fitted[g])
+        name: Run(
+            model.member(g, c.dropout),
+            histories[g],
+            c.data,
+            updates_per_epoch,
+            fitted[g],
+            validations[g],
+        )
         for g, (name, c) in enumerate(zip(names, chosen, strict=True))
     }
 
@@ -326,7 +381,7 @@ def validation_score(run: Run, last: int = 20) -> float:
     """The run's validation cross-entropy averaged over its last `last` epochs: the score the
     regularisers are tuned on (the last epoch alone moves by more than the strengths differ)."""
     last = checks.integer("last", last)
-    losses = run.history["val_loss"] if "val_loss" in run.history else []
+    losses = run.validation["val_loss"] if "val_loss" in run.validation else []
     if len(losses) < last:
         raise ValueError(f"the run logged {len(losses)} validation losses; {last} are averaged")
     return sum(losses[-last:]) / last

@@ -70,12 +70,28 @@ def weight_decay_never_applied():
 
     def without_decay(conditions, **settings):
         conditions = {
-            name: experiment.Condition(c.data, weight_decay=0.0, dropout=c.dropout)
+            name: experiment.Condition(c.data, weight_decay=0.0, dropout=c.dropout, init=c.init)
             for name, c in conditions.items()
         }
         return tests(conditions, **settings)
 
     experiment.randomization_tests = without_decay
+
+
+def dropout_never_applied():
+    """Every condition trains without its dropout, whatever rate it asks for."""
+    tests = experiment.randomization_tests
+
+    def without_dropout(conditions, **settings):
+        conditions = {
+            name: experiment.Condition(
+                c.data, weight_decay=c.weight_decay, dropout=0.0, init=c.init
+            )
+            for name, c in conditions.items()
+        }
+        return tests(conditions, **settings)
+
+    experiment.randomization_tests = without_dropout
 
 
 MUTANTS = [
@@ -87,4 +103,5 @@ MUTANTS = [
     labels_left_behind_by_the_sort,
     interpolant_without_solving,
     weight_decay_never_applied,
+    dropout_never_applied,
 ]
