@@ -1,324 +1,312 @@
-"""Unit tests of papernotes.observational_dropout: the physics against a step-by-step simulation,
-the peek pattern against its generator and Monte Carlo, and the roll-out against hand-made
-models that record what they are fed (never the real observation when the agent does not peek;
-never called at all when it always peeks)."""
+"""Unit tests of papernotes.observational_dropout: the pendulum against its equation, the peek
+pattern against its generator and Monte Carlo, the roll-out against hand-made models (the agent
+never sees the real world where it does not peek; the model never changes anything when it
+always peeks), the score against the task's cost alone, the evolution strategy on a quadratic,
+and the baselines' own code against the mechanism where they must agree."""
 
 import pytest
 import torch
-from torch import nn
 
 from conftest import gen
 from papernotes import observational_dropout as od
 from papernotes.observational_dropout import experiment
 
-
-def simulate(x, v, steps, dt):
-    """The bouncing point step by step: move, and reflect at the walls."""
-    xs = []
-    for _ in range(steps):
-        x = x + v * dt
-        over = x.abs() > 1
-        x = torch.where(over, 2 * x.sign() - x, x)
-        v = torch.where(over, -v, v)
-        xs.append(x)
-    return torch.stack(xs, 1)
+H = 4
 
 
-class Recorder(nn.Module):
-    """A world model that moves the point by its velocity and records every input it gets."""
-
-    def __init__(self, dt=0.1):
-        super().__init__()
-        self.dt = dt
-        self.inputs = []
-
-    def forward(self, seen, action):
-        self.inputs.append(seen.detach().clone())
-        return torch.stack([seen[..., 0] + self.dt * seen[..., 1], seen[..., 1]], -1)
+def agents(b=3, seed=0, hidden=H):
+    """A population of random agents (their controllers act, their models move)."""
+    return 0.5 * torch.randn(b, od.n_params(hidden), generator=gen(seed))
 
 
-class Refuses(nn.Module):
-    def forward(self, seen, action):
-        raise AssertionError("the world model was consulted")
+def identity_models(params, hidden=H):
+    """The same agents with M the identity (no output weights)."""
+    params = params.clone()
+    w = od.unpack(params, hidden)
+    w["W2"].zero_()
+    w["b2"].zero_()
+    return params
 
 
-def episodes(n=8, steps=12, seed=0):
-    return experiment.BouncingPoint().episodes(n, steps, gen(seed))
+def episodes(n=6, seed=0, env=None):
+    env = experiment.Pendulum() if env is None else env
+    return env.episodes(n, gen(seed))
 
 
-def identity_controller():
-    controller = od.Controller()
-    with torch.no_grad():
-        controller.linear.weight.fill_(1.0)
-        controller.linear.bias.zero_()
-    return controller
+# -- the pendulum ----------------------------------------------------------------------------------
 
 
-# -- the environment -------------------------------------------------------------------------
+def test_the_pendulum_steps_by_semi_implicit_euler():
+    env = experiment.Pendulum(omega=3.0, dt=0.1)
+    state = torch.tensor([[0.2, -0.5]])
+    action, kick = torch.tensor([1.5]), torch.tensor([0.01])
+    velocity = -0.5 + 0.1 * (-9.0 * 0.2 + 1.5) + 0.01
+    expected = torch.tensor([[0.2 + 0.1 * velocity, velocity]])
+    assert torch.allclose(env.step(state, action, kick), expected)
+    assert env.cost(expected).item() == pytest.approx(expected[0, 0].item() ** 2)
 
 
-def test_the_closed_form_bounce_matches_a_step_by_step_simulation():
-    x0 = torch.tensor([0.0, 0.95, -0.9, 0.5, -0.2])
-    v0 = torch.tensor([0.7, 0.9, -1.0, -0.35, 0.3])
-    steps, dt = 200, 0.1  # long enough for several bounces off both walls
-    expected = simulate(x0, v0, steps, dt)
-    times = torch.arange(1, steps + 1) * dt
-    ours = experiment.bounce(x0.unsqueeze(1) + v0.unsqueeze(1) * times)
-    assert torch.allclose(ours, expected, atol=1e-4)
-    assert ours.abs().max() <= 1
+def test_left_alone_the_pendulum_swings_without_growing():
+    env = experiment.Pendulum()
+    state = torch.tensor([[0.5, 0.0]])
+    peaks = []
+    for _ in range(300):
+        state = env.step(state, torch.zeros(1), torch.zeros(1))
+        peaks.append(state[0, 0].abs().item())
+    assert max(peaks) < 0.55 and max(peaks[-30:]) > 0.45  # it keeps swinging, it does not blow up
 
 
-def test_episodes_observe_position_and_finite_difference_velocity():
-    env = experiment.BouncingPoint()
-    positions, observations = env.episodes(64, 50, gen(1))
-    assert positions.shape == (64, 50) and observations.shape == (64, 50, 2)
-    assert torch.equal(observations[..., 0], positions)
-    velocity = (positions[:, 1:] - positions[:, :-1]) / env.dt
-    assert torch.allclose(observations[:, 1:, 1], velocity, atol=1e-5)
-    # Away from the walls the observed speed is the drawn speed, in [min_speed, max_speed].
-    speeds = observations[..., 1].abs()
-    assert speeds.max() <= env.max_speed + 1e-5
-    assert (speeds.median(1).values >= env.min_speed - 1e-5).all()
-
-
-def test_episodes_follow_their_generator():
+def test_episodes_have_their_shapes_ranges_and_follow_their_generator():
+    env = experiment.Pendulum()
+    start, noise = episodes(n=4000, env=env)
+    assert start.shape == (1, 4000, 2) and noise.shape == (1, 4000, env.steps, 2)
+    assert start[..., 0].abs().max() <= env.theta0
+    assert start[..., 1].abs().max() <= env.omega * env.theta0
+    assert noise[..., 0].std().item() == pytest.approx(env.noise, rel=0.05)
+    assert noise[..., 1].std().item() == pytest.approx(env.explore, rel=0.05)
     assert torch.equal(episodes(seed=3)[1], episodes(seed=3)[1])
     assert not torch.equal(episodes(seed=3)[1], episodes(seed=4)[1])
 
 
-# -- the peek pattern ------------------------------------------------------------------------
+# -- the agent and the peeks -------------------------------------------------------------------
 
 
-def test_the_peek_pattern_follows_the_generator_seed():
-    a = od.peek_mask(16, 40, 0.3, gen(5))
-    assert torch.equal(a, od.peek_mask(16, 40, 0.3, gen(5)))
-    assert not torch.equal(a, od.peek_mask(16, 40, 0.3, gen(6)))
+def test_unpack_gives_views_of_every_parameter_once():
+    params = torch.arange(2 * od.n_params(H), dtype=torch.float32).reshape(2, -1)
+    w = od.unpack(params, H)
+    assert w["k"].shape == (2, 2) and w["b"].shape == (2,)
+    assert w["W1"].shape == (2, 3, H) and w["W2"].shape == (2, H, 2) and w["b2"].shape == (2, 2)
+    flat = torch.cat([v.reshape(2, -1) for v in w.values()], 1)
+    assert torch.equal(flat, params)
 
 
-def test_peeks_happen_with_probability_p_after_a_real_first_step():
-    peeks = od.peek_mask(2000, 51, 0.3, gen(0))
-    assert peeks[:, 0].all()
-    rate = peeks[:, 1:].float().mean().item()
-    assert abs(rate - 0.3) < 4 * (0.3 * 0.7 / peeks[:, 1:].numel()) ** 0.5
-    assert not od.peek_mask(50, 20, 0.0, gen(0))[:, 1:].any()
-    assert od.peek_mask(50, 20, 1.0, gen(0)).all()
-
-
-# -- the roll-out ----------------------------------------------------------------------------
-
-
-def test_with_p_one_the_world_model_is_never_consulted():
-    positions, observations = episodes()
-    peeks = od.peek_mask(8, 12, 1.0, gen(0))
-    controller = od.Controller()
-    actions, seen = od.rollout(controller, Refuses(), observations, peeks)
-    assert torch.equal(seen, observations)
-    assert torch.allclose(actions, controller(observations))
-
-
-def test_with_p_zero_the_real_observation_is_never_seen_after_the_first_step():
-    positions, observations = episodes()
-    peeks = od.peek_mask(8, 12, 0.0, gen(0))
-    model = Recorder()
-    actions, seen = od.rollout(identity_controller(), model, observations, peeks)
-    scrambled = observations.clone()
-    scrambled[:, 1:] = torch.randn(8, 11, 2, generator=gen(9))
-    _, seen_scrambled = od.rollout(identity_controller(), Recorder(), scrambled, peeks)
-    assert torch.equal(seen, seen_scrambled)  # what comes after step 0 never reaches the agent
-    assert torch.equal(seen[:, 0], observations[:, 0])
-    # The model is fed its own previous output, not the real observation.
-    for t in range(11):
-        assert torch.equal(model.inputs[t], seen[:, t])
-
-
-def test_the_agent_sees_the_real_observation_when_it_peeks_and_else_the_models_output():
-    _, observations = episodes(n=16, steps=20, seed=2)
-    peeks = od.peek_mask(16, 20, 0.4, gen(3))
-    controller = od.Controller()
-    model = od.WorldModel()
-    with torch.no_grad():
-        actions, seen = od.rollout(controller, model, observations, peeks)
-        for t in range(19):
-            expected = torch.where(
-                peeks[:, t + 1, None], observations[:, t + 1], model(seen[:, t], actions[:, t])
-            )
-            assert torch.allclose(seen[:, t + 1], expected)
-            assert torch.allclose(actions[:, t], controller(seen[:, t]))
-
-
-def test_without_a_model_the_agent_holds_the_last_real_observation():
-    _, observations = episodes(n=4, steps=15, seed=4)
-    peeks = od.peek_mask(4, 15, 0.3, gen(1))
-    _, seen = od.rollout(od.Controller(), None, observations, peeks)
-    for b in range(4):
-        last = 0
-        for t in range(15):
-            if peeks[b, t]:
-                last = t
-            assert torch.equal(seen[b, t], observations[b, last])
-
-
-def test_the_controller_reads_only_the_position_it_sees():
-    controller = od.Controller()
-    assert controller(torch.tensor([[0.7, 0.2]])).item() == 0.0  # it starts at the centre
-    with torch.no_grad():
-        controller.linear.weight.fill_(0.8)
-        controller.linear.bias.fill_(0.1)
-    seen = torch.tensor([[0.3, 0.0], [0.3, 5.0]])
-    out = controller(seen)
-    assert out[0] == out[1]
-    assert out[0].item() == pytest.approx(0.8 * 0.3 + 0.1)
-
-
-def test_the_world_model_is_residual():
-    model = od.WorldModel(hidden=8)
-    with torch.no_grad():
-        model.net[2].weight.zero_()
-        model.net[2].bias.zero_()
-    seen = torch.randn(5, 2, generator=gen(0))
-    assert torch.equal(model(seen, torch.zeros(5)), seen)
-
-
-# -- training on the task alone --------------------------------------------------------------
-
-
-def test_at_p_one_training_leaves_the_world_model_untouched():
-    # No prediction loss anywhere: a model that is never consulted gets no gradient at all.
-    with torch.random.fork_rng():
-        torch.manual_seed(7)  # as train_agent builds them: the controller, then the model
-        controller, model = od.Controller(), od.WorldModel()
-    agent = experiment.train_agent(1.0, seed=7, updates=5, episodes=4, steps=10)
-    for before, after in zip(model.parameters(), agent.model.parameters(), strict=True):
-        assert torch.equal(before, after)
-    assert not torch.equal(controller.linear.weight, agent.controller.linear.weight)
-
-
-def test_training_follows_the_seed():
-    a = experiment.train_agent(0.3, seed=1, updates=3, episodes=4, steps=10)
-    b = experiment.train_agent(0.3, seed=1, updates=3, episodes=4, steps=10)
-    c = experiment.train_agent(0.3, seed=2, updates=3, episodes=4, steps=10)
-    assert a.history.final("loss") == b.history.final("loss")
-    assert a.history.final("loss") != c.history.final("loss")
-    assert (
-        experiment.train_agent(0.3, seed=1, hold=True, updates=2, episodes=4, steps=10).model
-        is None
+def test_the_controller_and_the_world_model_compute_their_formulas():
+    params = agents(b=2)
+    w = od.unpack(params, H)
+    seen, action = torch.randn(2, 5, 2, generator=gen(1)), torch.randn(2, 5, generator=gen(2))
+    expected_a = 4.0 * torch.tanh((seen * w["k"][:, None]).sum(-1) + w["b"][:, None])
+    assert torch.allclose(od.controller(w, seen, 4.0), expected_a)
+    x = torch.cat([seen, action[..., None]], -1)
+    hidden = torch.tanh(torch.einsum("bei,bih->beh", x, w["W1"]) + w["b1"][:, None])
+    change = torch.einsum("beh,bho->beo", hidden, w["W2"]) + w["b2"][:, None]
+    assert torch.allclose(od.world_model(w, seen, action, 0.1), seen + 0.1 * change, atol=1e-6)
+    model = experiment.model_of(params, H)
+    assert torch.allclose(
+        experiment.forward_model(model, H, seen, action, 0.1), od.world_model(w, seen, action, 0.1)
     )
 
 
-# -- measuring the emergent model ------------------------------------------------------------
+def test_peeks_happen_with_each_runs_probability_and_follow_the_generator():
+    ps = torch.tensor([0.0, 0.3, 1.0])
+    peeks = od.peek_mask(ps, 2000, 30, gen(0))
+    assert peeks.shape == (3, 2000, 30)
+    assert not peeks[0].any() and peeks[2].all()
+    rate = peeks[1].float().mean().item()
+    assert abs(rate - 0.3) < 4 * (0.3 * 0.7 / peeks[1].numel()) ** 0.5
+    assert torch.equal(od.peek_mask(ps, 5, 7, gen(5)), od.peek_mask(ps, 5, 7, gen(5)))
+    assert not torch.equal(od.peek_mask(ps, 5, 7, gen(5)), od.peek_mask(ps, 5, 7, gen(6)))
 
 
-def test_one_step_errors_of_a_perfect_mover_and_of_holding():
-    positions, observations = episodes(n=32, steps=40, seed=6)
-    agent = experiment.Agent(
-        model=Recorder(), history=None, controller=identity_controller(), p=0.5
+# -- the roll-out --------------------------------------------------------------------------------
+
+
+def test_when_it_always_peeks_the_model_changes_nothing():
+    env = experiment.Pendulum()
+    start, noise = episodes()
+    params = agents()
+    peeks = torch.ones(3, 6, env.steps, dtype=torch.bool)
+    a = od.rollout(params, H, env, start, noise, peeks)
+    b = od.rollout(identity_models(params), H, env, start, noise, peeks)
+    for x, y in zip(a, b, strict=True):
+        assert torch.equal(x, y)
+    _, states, seen = a
+    assert torch.equal(seen[..., 1:, :], states[..., :-1, :])  # it acts on the real state
+
+
+def test_with_p_zero_the_real_state_is_never_seen_after_the_start():
+    env = experiment.Pendulum()
+    start, noise = episodes()
+    params = agents()
+    peeks = torch.zeros(3, 6, env.steps, dtype=torch.bool)
+    _, _, seen = od.rollout(params, H, env, start, noise, peeks)
+    kicked = noise.clone()
+    kicked[..., 0] = torch.randn(kicked[..., 0].shape, generator=gen(9))  # another world
+    _, states, seen_kicked = od.rollout(params, H, env, start, kicked, peeks)
+    # What the agent sees depends on its start and its own actions, never on the world after.
+    assert torch.allclose(seen, seen_kicked)
+    assert not torch.allclose(states, od.rollout(params, H, env, start, noise, peeks)[1])
+
+
+def test_the_agent_sees_the_real_state_when_it_peeks_and_else_the_models_output():
+    env = experiment.Pendulum()
+    start, noise = episodes(n=8, seed=2)
+    params = agents(b=2, seed=1)
+    peeks = od.peek_mask(torch.tensor([0.4, 0.4]), 8, env.steps, gen(3))
+    w = od.unpack(params, H)
+    _, states, seen = od.rollout(params, H, env, start, noise, peeks)
+    assert torch.equal(seen[..., 0, :], start.expand(2, -1, -1))
+    for t in range(env.steps - 1):
+        action = od.controller(w, seen[..., t, :], env.u_max) + noise[..., t, 1]
+        guess = od.world_model(w, seen[..., t, :], action, env.dt)
+        expected = torch.where(peeks[..., t, None], states[..., t, :], guess)
+        assert torch.allclose(seen[..., t + 1, :], expected)
+
+
+def test_the_score_is_the_task_cost_alone_and_ignores_an_unconsulted_model():
+    env = experiment.Pendulum()
+    start, noise = episodes()
+    params = agents()
+    peeks = od.peek_mask(torch.full((3,), 0.3), 6, env.steps, gen(4))
+    costs, states, _ = od.rollout(params, H, env, start, noise, peeks)
+    assert torch.equal(costs, states[..., 0].pow(2))
+    assert torch.allclose(od.agent_cost(params, H, env, start, noise, peeks), costs.mean((1, 2)))
+    # No prediction loss: when the model is never consulted, no model can change the score.
+    always = torch.ones_like(peeks)
+    other = params.clone()
+    other[:, 3:] = torch.randn(other[:, 3:].shape, generator=gen(8))
+    assert torch.equal(
+        od.agent_cost(params, H, env, start, noise, always),
+        od.agent_cost(other, H, env, start, noise, always),
     )
-    hold = experiment.hold_error(positions, observations)
-    expected_hold = (positions[:, 1:] - positions[:, :-1]).pow(2).mean().item()
-    assert hold == pytest.approx(expected_hold, rel=1e-6)
-    # Moving by the observed velocity is exact except across a bounce.
-    mover = experiment.one_step_error(agent, positions, observations)
-    guess = observations[:, :-1, 0] + 0.1 * observations[:, :-1, 1]
-    assert mover == pytest.approx((guess - positions[:, 1:]).pow(2).mean().item(), rel=1e-6)
-    assert mover < hold / 5
 
 
-def test_imagine_runs_the_model_on_its_own_outputs():
-    positions, observations = episodes(n=4, steps=8, seed=8)
-    agent = experiment.Agent(
-        model=Recorder(), history=None, controller=identity_controller(), p=0.0
+def test_the_rule_agents_code_agrees_with_the_mechanism_where_they_must():
+    # Holding (lambda = 1) is the mechanism with an identity model; C's formula is shared.
+    env = experiment.Pendulum()
+    start, noise = episodes(n=5)
+    params = identity_models(agents(b=2, seed=5))
+    peeks = od.peek_mask(torch.tensor([0.2, 0.2]), 5, env.steps, gen(6))
+    costs, _, _ = od.rollout(params, H, env, start, noise, peeks)
+    rules = torch.cat([params[:, :3], torch.ones(2, 2)], 1)
+    assert torch.allclose(experiment.rule_rollout(rules, env, start, noise, peeks), costs)
+    zeros = torch.cat([params[:, :3], torch.zeros(2, 2)], 1)
+    assert not torch.allclose(experiment.rule_rollout(zeros, env, start, noise, peeks), costs)
+
+
+def test_the_rule_agents_start_and_search_as_their_kind_says():
+    params, mask = experiment.initial_rules(["hold", "zeros", "shrink"])
+    assert params[:, 3:].tolist() == [[1.0, 1.0], [0.0, 0.0], [1.0, 1.0]]
+    assert mask[:, 3:].tolist() == [[0.0, 0.0], [0.0, 0.0], [1.0, 1.0]]
+    assert (mask[:, :3] == 1).all()
+
+
+# -- the evolution strategy --------------------------------------------------------------------
+
+
+def test_the_evolution_strategy_finds_the_minimum_of_a_quadratic_and_respects_its_mask():
+    target = torch.tensor([[1.0, -2.0, 0.5]])
+
+    def cost_of(population, i):
+        return (population - target).pow(2).sum(-1)
+
+    mask = torch.tensor([[1.0, 1.0, 1.0], [1.0, 0.0, 1.0]])
+    mean = experiment.evolve(
+        cost_of,
+        torch.zeros(2, 3),
+        torch.tensor([0.1, 0.1]),
+        generations=300,
+        pairs=8,
+        sigma=0.1,
+        gen=gen(0),
+        mask=mask,
     )
-    imagined = experiment.imagine(agent, observations)
-    x, v = observations[:, 0, 0], observations[:, 0, 1]
-    expected = x.unsqueeze(1) + 0.1 * v.unsqueeze(1) * torch.arange(8)
-    assert torch.allclose(imagined, expected, atol=1e-6)
+    assert torch.allclose(mean[0], target[0], atol=0.1)
+    assert mean[1, 1] == 0.0 and abs(mean[1, 0] - 1.0) < 0.1
 
 
-def test_imagination_error_is_the_squared_error_over_the_first_steps_only():
-    real = torch.zeros(2, 6)
-    imagined = torch.tensor([[1.0, 1.0, 3.0, 9.0, 9.0, 9.0], [1.0, -1.0, 1.0, 9.0, 9.0, 9.0]])
-    # Over the first 3 steps: (1 + 1 + 9 + 1 + 1 + 1) / 6; later steps must not count.
-    assert experiment.imagination_error(imagined, real, 3) == pytest.approx(14 / 6)
-    assert experiment.imagination_error(real, real, 6) == 0.0
-    with pytest.raises(ValueError, match="imagined"):
-        experiment.imagination_error(imagined[:, :5], real, 3)
+def test_training_follows_the_seed_and_an_unconsulted_model_is_never_moved():
+    env = experiment.Pendulum(steps=8)
+    search = experiment.Search(generations=3, pairs=2, episodes=2)
+    a = experiment.train_agents([0.3, 1.0], [0.1, 0.1], seed=1, env=env, hidden=H, search=search)
+    b = experiment.train_agents([0.3, 1.0], [0.1, 0.1], seed=1, env=env, hidden=H, search=search)
+    c = experiment.train_agents([0.3, 1.0], [0.1, 0.1], seed=2, env=env, hidden=H, search=search)
+    assert torch.equal(a, b) and not torch.equal(a, c)
+    start = experiment.initial_agents(1, H, 1)
+    assert not torch.equal(a[0, 3:], start[0, 3:])  # consulted at p = 0.3, M moves
 
 
-# -- bad input -------------------------------------------------------------------------------
+# -- the references: the network trained to predict, the imagination ---------------------------
+
+
+def test_the_predictor_is_the_same_network_trained_to_predict_and_learns_to():
+    env = experiment.Pendulum()
+    model = experiment.train_predictor(seed=0, env=env, hidden=H, updates=150)
+    assert model.shape == (1, od.n_params(H) - 3)
+    states, actions, next_states = experiment.transitions(1000, env, gen(11))
+    error = experiment.one_step_errors(model, H, env, states, actions, next_states).mean()
+    assert error < experiment.hold_errors(env, states, next_states).mean() / 5
+
+
+def test_imagination_runs_the_model_on_its_own_outputs():
+    env = experiment.Pendulum(steps=5)
+    start, _ = episodes(n=3, env=env)
+    controllers = torch.tensor([[0.3, -0.2, 0.1]])
+    model = experiment.model_of(agents(b=1, seed=3), H)
+    costs = experiment.imagine(controllers, model, H, env, start)
+    seen, expected = start, []
+    for _ in range(5):
+        action = 4.0 * torch.tanh((seen * controllers[:, :2][:, None]).sum(-1) + 0.1)
+        seen = experiment.forward_model(model, H, seen, action, env.dt)
+        expected.append(seen[..., 0].pow(2))
+    assert torch.allclose(costs, torch.stack(expected, -1))
+    # Inside an identity model nothing moves, whatever the controller does.
+    frozen = experiment.imagine(controllers, torch.zeros_like(model), H, env, start)
+    assert torch.allclose(frozen, start[..., 0, None].pow(2).expand(1, 3, 5))
+
+
+def test_the_forecast_errors_are_scaled_squared_distances():
+    env = experiment.Pendulum()
+    states, actions, next_states = experiment.transitions(50, env, gen(12))
+    scale = torch.tensor([env.theta0, env.omega * env.theta0])
+    expected = ((states - next_states) / scale).pow(2).sum(-1)
+    assert torch.allclose(experiment.hold_errors(env, states, next_states), expected)
+    identity = torch.zeros(1, od.n_params(H) - 3)
+    held = experiment.one_step_errors(identity, H, env, states, actions, next_states)
+    assert torch.allclose(held, expected)
+
+
+def test_a_deployed_controller_always_sees_the_real_pendulum():
+    env = experiment.Pendulum(steps=6)
+    start, noise = episodes(n=4, env=env)
+    controller = torch.tensor([[0.5, -1.0, 0.0]])
+    costs = experiment.costs_of_controllers(controller, env=env, start=start, noise=noise)
+    state, expected = start, []
+    for t in range(6):
+        action = 4.0 * torch.tanh((state * controller[:, :2][:, None]).sum(-1)) + noise[..., t, 1]
+        state = env.step(state, action, noise[..., t, 0])
+        expected.append(state[..., 0].pow(2))
+    assert torch.allclose(costs, torch.stack(expected, -1).mean(-1))
+
+
+# -- bad input ---------------------------------------------------------------------------------
 
 
 def test_bad_input_is_refused_with_the_arguments_name():
     with pytest.raises(ValueError, match="dt"):
-        experiment.BouncingPoint(dt=2.0)
+        experiment.Pendulum(dt=1.0)
+    with pytest.raises(ValueError, match="explore"):
+        experiment.Pendulum(explore=-1.0)
     with pytest.raises(ValueError, match="hidden"):
-        od.WorldModel(hidden=0)
+        od.n_params(0)
     with pytest.raises(ValueError, match="p must"):
-        od.peek_mask(4, 10, 1.5, gen(0))
-    with pytest.raises(ValueError, match="p must"):
-        experiment.train_agent(-0.1, seed=0)
-    _, observations = episodes()
-    with pytest.raises(ValueError, match="observations"):
-        od.rollout(od.Controller(), None, observations[..., :1], torch.ones(8, 12, dtype=bool))
+        od.peek_mask(torch.tensor([1.5]), 4, 10, gen(0))
+    with pytest.raises(ValueError, match="ps must"):
+        experiment.train_agents([-0.1], [0.1], seed=0, env=experiment.Pendulum())
+    with pytest.raises(ValueError, match="lrs"):
+        experiment.train_agents([0.1, 0.2], [0.1], seed=0, env=experiment.Pendulum())
+    with pytest.raises(ValueError, match="kind"):
+        experiment.initial_rules(["hold", "forecast"])
+    env = experiment.Pendulum()
+    start, noise = episodes()
+    params = agents()
+    peeks = torch.ones(3, 6, env.steps, dtype=torch.bool)
+    with pytest.raises(ValueError, match="params"):
+        od.rollout(params[:, :-1], H, env, start, noise, peeks)
+    with pytest.raises(ValueError, match="noise"):
+        od.rollout(params, H, env, start, noise[..., 0], peeks)
     with pytest.raises(ValueError, match="peeks"):
-        od.rollout(od.Controller(), None, observations, torch.ones(8, 11, dtype=bool))
-    with pytest.raises(ValueError, match="positions"):
-        experiment.hold_error(torch.zeros(8, 11), observations)
-    with pytest.raises(ValueError, match="observations"):
-        experiment.imagine(
-            experiment.Agent(model=None, history=None, controller=od.Controller(), p=0.0),
-            observations[0],
+        od.rollout(params, H, env, start, noise, peeks[:, :, :-1])
+    with pytest.raises(ValueError, match="p must"):
+        experiment.costs_of_agents(
+            params, p=2.0, hidden=H, env=env, start=start, noise=noise, peek_gen=gen(0)
         )
-
-
-# -- the references and the read-out-free scores ---------------------------------------------
-
-
-def test_the_constant_velocity_rule_is_exact_but_across_a_bounce():
-    positions, observations = episodes(n=32, steps=40, seed=9)
-    error = experiment.constant_velocity_error(positions, observations)
-    guess = observations[:, :-1, 0] + 0.1 * observations[:, :-1, 1]
-    wrong = (guess - positions[:, 1:]).abs() > 1e-5
-    assert 0 < wrong.float().mean() < 0.2  # only the steps that cross a wall
-    assert error == pytest.approx((guess - positions[:, 1:]).pow(2).mean().item(), rel=1e-6)
-    assert error < experiment.hold_error(positions, observations) / 5
-
-
-def test_the_read_out_and_the_correlation_score_the_forecast_as_the_task_and_scale_free():
-    positions, observations = episodes(n=32, steps=40, seed=10)
-    mover = experiment.Agent(model=Recorder(), history=None, controller=identity_controller(), p=1)
-    hold = experiment.Agent(model=None, history=None, controller=identity_controller(), p=1)
-    # With a = x^ the read-out is the forecast's position itself.
-    assert experiment.readout_error(mover, positions, observations) == pytest.approx(
-        experiment.one_step_error(mover, positions, observations), rel=1e-6
-    )
-    assert experiment.readout_error(hold, positions, observations) == pytest.approx(
-        experiment.hold_error(positions, observations), rel=1e-6
-    )
-    # A controller that halves what it sees reads a forecast of twice the motion as right: the
-    # raw error grows, the read-out sees the true motion, the correlation does not move.
-    halving = od.Controller()
-    with torch.no_grad():
-        halving.linear.weight.fill_(0.5)
-
-    class Doubled(nn.Module):
-        def forward(self, seen, action):
-            return torch.stack([2 * seen[..., 0] + 0.2 * seen[..., 1], seen[..., 1]], -1)
-
-    scaled = experiment.Agent(model=Doubled(), history=None, controller=halving, p=1)
-    raw = experiment.one_step_error(scaled, positions, observations)
-    read = experiment.readout_error(scaled, positions, observations)
-    assert read == pytest.approx(experiment.constant_velocity_error(positions, observations))
-    assert raw > 10 * read
-    correlation = experiment.motion_correlation(mover, positions, observations)
-    assert 0.9 < correlation < 1.0  # right but for the bounces
-    assert experiment.motion_correlation(hold, positions, observations) == 0.0
-
-
-def test_the_predictor_is_the_same_model_trained_to_predict_and_learns_to():
-    positions, observations = episodes(n=64, steps=30, seed=11)
-    predictor = experiment.train_predictor(seed=0, updates=150, episodes=16, steps=20, lr=0.03)
-    assert isinstance(predictor.model, od.WorldModel)
-    assert predictor.controller.linear.weight.item() == 1.0  # it reports what it sees
-    assert not any(p.requires_grad for p in predictor.controller.parameters())
-    error = experiment.one_step_error(predictor, positions, observations)
-    assert error < experiment.hold_error(positions, observations) / 4

@@ -1,272 +1,644 @@
 """The chapter's experiment on observational dropout (chapters/observational_dropout.ipynb).
 
-An environment with simple physics (the paper uses cart-pole swing-up; we use a smaller task of
-the same structure, the chapter says why): a point moving at constant speed in [-1, 1] that
-bounces off the walls. Agents trained at each peek probability by backpropagation through time
-on the task loss alone (the paper uses an evolution strategy, PEPG), through the book's one
-training loop; then the emergent model measured: its one-step error from real observations
-against repeating the observation, and its roll-outs on its own outputs. The mechanism is
-`papernotes.observational_dropout`, called through the module so that a patched mechanism
-(tests/mutants/observational_dropout.py) reaches every run.
+A swinging pendulum near the bottom of its swing, theta'' = -omega^2 theta + u, that the agent
+must bring to rest (the paper swings a cart-pole up; the chapter says why we damp a swing). The
+agents are searched with an evolution strategy on the task's cost alone, a whole population and
+several runs at once (the paper uses PEPG, another evolution strategy). Then the emerged world
+model is measured: its one-step forecast under an action, against holding the state and against
+the same network trained to predict; and controllers are searched inside it, with every step
+imagined, and deployed in the real pendulum.
 
-Entry points check their arguments (`BouncingPoint`, `train_agent`, `one_step_error`,
-`hold_error`, `task_error`, `imagine`, `imagination_error`).
+The mechanism is `papernotes.observational_dropout`, called through the module so that a
+patched mechanism (tests/mutants/observational_dropout.py) reaches every agent trained with
+observational dropout. The baselines, the agents without a world model (holding, zeros,
+shrinking the last observation), the network trained to predict and the imagination in which
+controllers are searched, are computed by this module's own code, which no mutant reaches.
+
+Entry points check their arguments (`Pendulum`, `evolve`, `Search`, `train_agents`,
+`train_rule_agents`, `initial_rules`, `train_predictor`, `train_in_imagination`,
+`costs_of_agents`, `costs_of_rules`, `costs_of_controllers`, `transitions`, `one_step_errors`,
+`dream_and_reality`, `study`, `beats_by`); `rule_rollout`, `forward_model`, `imagine` and
+`hold_errors` are their unchecked cores.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
-from torch import nn
 
 from papernotes import checks, observational_dropout
-from papernotes.training import Run, evaluating, generator, seeded, train
+from papernotes.training import generator
 
-# The random streams of a training run, each drawn from generator(seed, stream).
-WORLD, DROPOUT = 1, 2
+# The random streams of a run, each drawn from generator(seed, stream).
+INIT, EPISODES, PEEKS, SEARCH, TRANSITIONS = 1, 2, 3, 4, 5
 
-# -- the environment ------------------------------------------------------------------------------
+RULES = ("hold", "zeros", "shrink")
+
+
+# -- the environment -------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
-class BouncingPoint:
-    """A point moving at constant speed in [-1, 1], reflected at the walls, in steps of `dt`.
+class Pendulum:
+    """A pendulum near the bottom of its swing: theta'' = -omega^2 theta + u, semi-implicit Euler
+    steps of `dt`, actions bounded by `u_max`, a random kick of standard deviation `noise` to the
+    angular velocity at each step; episodes of `steps` steps start at angles uniform in
+    [-`theta0`, `theta0`] and angular velocities uniform in [-omega theta0, omega theta0]."""
 
-    Speeds are drawn uniformly from [`min_speed`, `max_speed`] with a random sign, starting
-    positions uniformly in [-1, 1].
-    """
-
-    min_speed: float = 0.3
-    max_speed: float = 1.0
+    omega: float = 3.0
     dt: float = 0.1
+    u_max: float = 4.0
+    noise: float = 0.02
+    explore: float = 2.5
+    theta0: float = 0.5
+    steps: int = 30
 
     def __post_init__(self):
-        checks.number("min_speed", self.min_speed, 0.0, low_open=True)
-        checks.number("max_speed", self.max_speed, self.min_speed)
-        checks.number("dt", self.dt, 0.0, 1.0 / self.max_speed, low_open=True)
+        checks.number("omega", self.omega, 0.0, low_open=True)
+        checks.number("dt", self.dt, 0.0, 1.0 / self.omega, low_open=True)
+        checks.number("u_max", self.u_max, 0.0, low_open=True)
+        checks.number("noise", self.noise, 0.0)
+        checks.number("explore", self.explore, 0.0)
+        checks.number("theta0", self.theta0, 0.0, low_open=True)
+        checks.integer("steps", self.steps, 2)
 
-    def episodes(self, n: int, steps: int, gen: torch.Generator):
-        """`n` episodes of `steps` steps: positions x (n, steps) and observations (n, steps, 2)."""
-        n, steps = checks.integer("n", n), checks.integer("steps", steps)
-        x = 2 * torch.rand(n, generator=gen) - 1
-        speed = self.min_speed + (self.max_speed - self.min_speed) * torch.rand(n, generator=gen)
-        v = torch.where(torch.rand(n, generator=gen) < 0.5, -speed, speed)
-        times = torch.arange(steps + 1) * self.dt  # one step more than kept: o_0 needs x_{-1}
-        # x_t = bounce(x_0 + v_0 t dt)
-        xs = bounce(x.unsqueeze(1) + v.unsqueeze(1) * times)
-        # o_t = (x_t, (x_t - x_{t-1}) / dt)
-        observations = torch.stack([xs[:, 1:], (xs[:, 1:] - xs[:, :-1]) / self.dt], -1)
-        return xs[:, 1:], observations
+    def episodes(self, n: int, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+        """`n` episodes from `gen`: their start states (1, n, 2) and noise (1, n, steps, 2), at
+        each step the kick and the policy's exploration noise (standard deviation `explore`)."""
+        n = checks.integer("n", n)
+        scale = torch.tensor([self.theta0, self.omega * self.theta0])
+        start = (2 * torch.rand(1, n, 2, generator=gen) - 1) * scale
+        noise = torch.randn(1, n, self.steps, 2, generator=gen)
+        return start, noise * torch.tensor([self.noise, self.explore])
 
+    def step(self, state: torch.Tensor, action: torch.Tensor, kick: torch.Tensor) -> torch.Tensor:
+        """The next state (..., 2) from a state (..., 2), an action and a kick (...)."""
+        theta, velocity = state[..., 0], state[..., 1]
+        # v_{t+1} = v_t + dt (-omega^2 theta_t + u_t) + kick; theta_{t+1} = theta_t + dt v_{t+1}
+        velocity = velocity + self.dt * (-(self.omega**2) * theta + action) + kick
+        return torch.stack([theta + self.dt * velocity, velocity], -1)
 
-def bounce(free: torch.Tensor) -> torch.Tensor:
-    """Where a point that would be at `free` without walls is, with walls at +-1.
-
-    x_{t+1} = x_t + v_t dt, reflected (x <- 2 sign(x) - x, v <- -v) when |x| > 1, unfolds into
-    a triangle wave of period 4 in the free position.
-    """
-    # y = (x_free + 1) mod 4; x = y - 1 for y <= 2, else 3 - y
-    y = torch.remainder(free + 1, 4.0)
-    return torch.where(y <= 2, y - 1, 3 - y)
-
-
-# -- training on the task alone ----------------------------------------------------------------
+    def cost(self, state: torch.Tensor) -> torch.Tensor:
+        """The cost of a state, its squared angle (the reward is its negative)."""
+        return state[..., 0].pow(2)
 
 
-@dataclass
-class Agent(Run):
-    """A trained agent: its world model (None for the hold baseline), the History of its
-    training, its controller and the peek probability it was trained at."""
-
-    model: observational_dropout.WorldModel | None
-    controller: observational_dropout.Controller
-    p: float
+# -- the evolution strategy ------------------------------------------------------------------------
 
 
-def train_agent(
-    p: float,
+def evolve(
+    cost_of: Callable[[torch.Tensor, int], torch.Tensor],
+    mean: torch.Tensor,
+    lrs: torch.Tensor,
     *,
-    seed: int,
-    hold: bool = False,
-    updates: int = 300,
-    episodes: int = 32,
-    steps: int = 60,
-    lr: float = 1e-2,
-    hidden: int = 32,
-    env: BouncingPoint | None = None,
-) -> Agent:
-    """Train a controller and a world model (none with `hold=True`) at peek probability `p` by
-    backpropagation through time of the task loss, Adam (its step size decaying linearly from `lr`
-    to a tenth of it) and gradient-norm clipping at 1.
+    generations: int,
+    pairs: int,
+    sigma: float,
+    gen: torch.Generator,
+    mask: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Search R independent runs at once; returns their final means (R, P).
 
-    Each update draws `episodes` fresh episodes of `steps` steps and a fresh peek pattern, from
-    the streams WORLD and DROPOUT of `seed`; the weights start from `seed`.
+    Each generation draws `pairs` Gaussian perturbations per run, scores the population
+    mean +- sigma * perturbation (antithetic pairs) by `cost_of(population (R, 2 pairs, P),
+    generation)` -> costs (R, 2 pairs), turns the costs into centred ranks within each run and
+    moves each run's mean along the rank-weighted perturbations with Adam at its step size
+    `lrs` (R,). `mask` (R, P) of 0/1 freezes parameters (they are never perturbed or moved).
     """
+    r, p = checks.tensor("mean", mean, "(R, P)", dtype="floating").values()
+    checks.tensor("lrs", lrs, "(R)", R=r, dtype="floating")
+    generations, pairs = checks.integer("generations", generations), checks.integer("pairs", pairs)
+    sigma = checks.number("sigma", sigma, 0.0, low_open=True)
+    mask = torch.ones(r, p) if mask is None else mask
+    checks.tensor("mask", mask, "(R, P)", R=r, P=p)
+    mean, first, second = mean.clone(), torch.zeros(r, p), torch.zeros(r, p)
+    n = 2 * pairs
+    for i in range(generations):
+        eps = torch.randn(r, pairs, p, generator=gen) * mask[:, None]
+        population = torch.cat([mean[:, None] + sigma * eps, mean[:, None] - sigma * eps], 1)
+        costs = cost_of(population, i)
+        # f = centred rank of -cost, in [-1/2, 1/2]; g = sum_pairs (f+ - f-) eps / (pairs sigma)
+        fitness = 0.5 - costs.argsort(1).argsort(1).float() / (n - 1)
+        grad = ((fitness[:, :pairs] - fitness[:, pairs:])[..., None] * eps).sum(1)
+        grad = grad / (pairs * sigma)
+        # Adam ascent on the estimated gradient of the fitness
+        first = 0.9 * first + 0.1 * grad
+        second = 0.999 * second + 0.001 * grad.pow(2)
+        step = (first / (1 - 0.9 ** (i + 1))) / ((second / (1 - 0.999 ** (i + 1))).sqrt() + 1e-8)
+        mean = mean + lrs[:, None] * step * mask
+    return mean
+
+
+@dataclass(frozen=True)
+class Search:
+    """The evolution strategy's settings, the same for every family of agents."""
+
+    generations: int = 200
+    pairs: int = 16
+    episodes: int = 8
+    sigma: float = 0.1
+
+    def __post_init__(self):
+        checks.integer("generations", self.generations)
+        checks.integer("pairs", self.pairs)
+        checks.integer("episodes", self.episodes)
+        checks.number("sigma", self.sigma, 0.0, low_open=True)
+
+
+def _flat(population: torch.Tensor) -> torch.Tensor:
+    return population.reshape(-1, population.shape[-1])
+
+
+def _each_member(peeks: torch.Tensor, members: int) -> torch.Tensor:
+    """Peek patterns (R, E, T) repeated for every member of each run: (R * members, E, T)."""
+    return peeks.repeat_interleave(members, 0)
+
+
+# -- agents with observational dropout (the mechanism) ---------------------------------------------
+
+
+def initial_agents(runs: int, hidden: int, seed: int) -> torch.Tensor:
+    """The agents' starting parameters (runs, P): C zero (no action), M a random network of small
+    output weights (nearly the identity), the same for every run."""
+    runs, hidden = checks.integer("runs", runs), checks.integer("hidden", hidden)
+    gen = generator(seed, INIT)
+    params = torch.zeros(1, observational_dropout.n_params(hidden))
+    w = observational_dropout.unpack(params, hidden)
+    w["W1"].copy_(torch.randn(w["W1"].shape, generator=gen))
+    w["W2"].copy_(0.1 * torch.randn(w["W2"].shape, generator=gen))
+    return params.repeat(runs, 1)
+
+
+def train_agents(
+    ps, lrs, *, seed: int, env: Pendulum, hidden: int = 8, search: Search | None = None
+) -> torch.Tensor:
+    """Search agents (C and M together) at the peek probabilities `ps` with the ES step sizes
+    `lrs` (one run per pair), on the task's cost alone; returns their parameters (R, P).
+
+    Every generation draws fresh episodes (stream EPISODES) that every member of every run
+    plays, and a fresh peek pattern per run (stream PEEKS) that all its members share.
+    """
+    ps, lrs = _runs(ps, lrs)
+    search = Search() if search is None else search
+    episodes, peeks_gen = generator(seed, EPISODES), generator(seed, PEEKS)
+
+    def cost_of(population, i):
+        start, noise = env.episodes(search.episodes, episodes)
+        peeks = observational_dropout.peek_mask(ps, search.episodes, env.steps, peeks_gen)
+        members = population.shape[1]
+        costs = observational_dropout.agent_cost(
+            _flat(population), hidden, env, start, noise, _each_member(peeks, members)
+        )
+        return costs.reshape(len(ps), members)
+
+    mean = initial_agents(len(ps), hidden, seed)
+    return evolve(
+        cost_of,
+        mean,
+        lrs,
+        generations=search.generations,
+        pairs=search.pairs,
+        sigma=search.sigma,
+        gen=generator(seed, SEARCH),
+    )
+
+
+def costs_of_agents(params, *, p: float, hidden: int, env: Pendulum, start, noise, peek_gen):
+    """The cost of each agent (R, P) on given episodes, at peek probability `p`: (R, E)."""
     p = checks.number("p", p, 0.0, 1.0)
-    checks.integer("seed", seed, 0)
-    checks.boolean("hold", hold)
-    updates, episodes = checks.integer("updates", updates), checks.integer("episodes", episodes)
-    steps, lr = checks.integer("steps", steps, 2), checks.number("lr", lr, 0.0, low_open=True)
-    env = BouncingPoint() if env is None else env
-    with seeded(seed):
-        controller = observational_dropout.Controller()
-        model = None if hold else observational_dropout.WorldModel(hidden)
-    agent = nn.ModuleDict({"controller": controller, **({} if hold else {"model": model})})
-    world, dropout = generator(seed, WORLD), generator(seed, DROPOUT)
+    r = checks.tensor("params", params, "(R, P)", dtype="floating")["R"]
+    e = start.shape[1]
+    peeks = observational_dropout.peek_mask(torch.full((1,), p), e, env.steps, peek_gen)
+    with torch.no_grad():
+        costs, _, _ = observational_dropout.rollout(
+            params, hidden, env, start, noise, peeks.expand(r, -1, -1)
+        )
+    return costs.mean(-1)
 
-    optimizer = torch.optim.Adam(agent.parameters(), lr=lr)
 
-    def loss_of_update(i):
-        for group in optimizer.param_groups:  # the step size decays linearly to a tenth
-            group["lr"] = lr * (1 - 0.9 * i / updates)
-        positions, observations = env.episodes(episodes, steps, world)
-        peeks = observational_dropout.peek_mask(episodes, steps, p, dropout)
-        return observational_dropout.agent_loss(controller, model, positions, observations, peeks)
+# -- the baselines: the same controller, no world model --------------------------------------------
 
-    history = train(agent, optimizer, loss_of_update, updates, clip=1.0, desc=f"p = {p:g}")
-    return Agent(model=model, history=history, controller=controller, p=p)
+
+def rule_rollout(params, env, start, noise, peeks):
+    """Agents without a world model: C as above, and where it does not peek it is shown
+    lambda * (what it saw last) (params (B, 5): k, b, lambda): holding (lambda = 1), zeros
+    (lambda = 0) or shrinking towards the centre (lambda searched). Returns per-step costs."""
+    k, b, lam = params[:, :2], params[:, 2], params[:, 3:5]
+    state = seen = start.expand(params.shape[0], -1, -1)
+    costs = []
+    for i in range(noise.shape[-2]):
+        # a_t = u_max tanh(k . o^_t + b) + eps_t; o^_{t+1} = o_{t+1} if it peeks, else
+        # lambda * o^_t
+        action = env.u_max * torch.tanh((seen * k[:, None]).sum(-1) + b[:, None])
+        action = action + noise[..., i, 1]
+        state = env.step(state, action, noise[..., i, 0])
+        seen = torch.where(peeks[..., i, None], state, lam[:, None] * seen)
+        costs.append(env.cost(state))
+    return torch.stack(costs, -1)
+
+
+def _rule_peeks(ps: torch.Tensor, episodes: int, steps: int, gen: torch.Generator):
+    # the same draw as the mechanism's peek pattern, by code of its own
+    return torch.rand(len(ps), episodes, steps, generator=gen) < ps[:, None, None]
+
+
+def initial_rules(kinds) -> tuple[torch.Tensor, torch.Tensor]:
+    """Starting parameters (R, 5) and the mask of searched ones for rule agents of `kinds`."""
+    for kind in kinds:
+        checks.one_of("kind", kind, RULES)
+    params, mask = torch.zeros(len(kinds), 5), torch.ones(len(kinds), 5)
+    for i, kind in enumerate(kinds):
+        params[i, 3:] = 0.0 if kind == "zeros" else 1.0
+        if kind != "shrink":
+            mask[i, 3:] = 0.0
+    return params, mask
+
+
+def train_rule_agents(
+    kinds, ps, lrs, *, seed: int, env: Pendulum, search: Search | None = None
+) -> torch.Tensor:
+    """Search the controllers (and, for "shrink", lambda) of agents without a world model, one
+    run per (kind, p, step size), exactly as `train_agents` searches agents with one: the same
+    strategy, generations, population, episodes and peek patterns."""
+    ps, lrs = _runs(ps, lrs)
+    if len(kinds) != len(ps):
+        raise ValueError(f"kinds must give one kind per run ({len(ps)}); got {len(kinds)}")
+    search = Search() if search is None else search
+    episodes, peeks_gen = generator(seed, EPISODES), generator(seed, PEEKS)
+
+    def cost_of(population, i):
+        start, noise = env.episodes(search.episodes, episodes)
+        peeks = _rule_peeks(ps, search.episodes, env.steps, peeks_gen)
+        members = population.shape[1]
+        costs = rule_rollout(_flat(population), env, start, noise, _each_member(peeks, members))
+        return costs.mean((-2, -1)).reshape(len(ps), members)
+
+    mean, mask = initial_rules(kinds)
+    return evolve(
+        cost_of,
+        mean,
+        lrs,
+        generations=search.generations,
+        pairs=search.pairs,
+        sigma=search.sigma,
+        gen=generator(seed, SEARCH),
+        mask=mask,
+    )
+
+
+def costs_of_rules(params, *, p: float, env: Pendulum, start, noise, peek_gen):
+    """The cost of each rule agent (R, 5) on given episodes at peek probability `p`: (R, E)."""
+    p = checks.number("p", p, 0.0, 1.0)
+    r = checks.tensor("params", params, "(R, 5)", dtype="floating")["R"]
+    peeks = _rule_peeks(torch.full((1,), p), start.shape[1], env.steps, peek_gen)
+    with torch.no_grad():
+        return rule_rollout(params, env, start, noise, peeks.expand(r, -1, -1)).mean(-1)
+
+
+# -- the world model on its own: forecasts and imagination -----------------------------------------
+
+
+def model_of(params: torch.Tensor, hidden: int) -> torch.Tensor:
+    """The world-model part (R, P - 3) of agents' parameters (R, P)."""
+    checks.tensor("params", params, "(R, P)", dtype="floating")
+    return params[:, 3:]
+
+
+def forward_model(model: torch.Tensor, hidden: int, seen, action, dt: float) -> torch.Tensor:
+    """M's forward pass from its parameters (R, P - 3), by code of its own (the same formula as
+    the mechanism's world model)."""
+    h = hidden
+    w1 = model[:, : 3 * h].reshape(-1, 3, h)
+    b1 = model[:, 3 * h : 4 * h]
+    w2 = model[:, 4 * h : 6 * h].reshape(-1, h, 2)
+    b2 = model[:, 6 * h : 6 * h + 2]
+    inputs = torch.cat([seen, action.unsqueeze(-1)], -1)
+    hidden_layer = torch.tanh(torch.matmul(inputs, w1) + b1[:, None])
+    return seen + dt * (torch.matmul(hidden_layer, w2) + b2[:, None])
+
+
+def transitions(n: int, env: Pendulum, gen: torch.Generator):
+    """`n` real transitions: states from the region the pendulum swings in, uniform actions in
+    [-u_max, u_max], their next states: (1, n, 2), (1, n), (1, n, 2)."""
+    n = checks.integer("n", n)
+    scale = torch.tensor([env.theta0, env.omega * env.theta0])
+    states = (2 * torch.rand(1, n, 2, generator=gen) - 1) * scale
+    actions = env.u_max * (2 * torch.rand(1, n, generator=gen) - 1)
+    kicks = env.noise * torch.randn(1, n, generator=gen)
+    return states, actions, env.step(states, actions, kicks)
+
+
+def one_step_errors(model, hidden: int, env: Pendulum, states, actions, next_states):
+    """Each model's (R, P - 3) mean squared one-step error on transitions, (R, n): per
+    transition, the squared distance of M(s, a) from the real next state, each channel divided
+    by its range (theta0 and omega theta0)."""
+    checks.tensor("model", model, "(R, M)", dtype="floating")
+    n = checks.tensor("states", states, "(1, N, 2)", dtype="floating")["N"]
+    checks.tensor("actions", actions, "(1, N)", N=n, dtype="floating")
+    checks.tensor("next_states", next_states, "(1, N, 2)", N=n, dtype="floating")
+    scale = torch.tensor([env.theta0, env.omega * env.theta0])
+    with torch.no_grad():
+        guess = forward_model(model, hidden, states, actions, env.dt)
+    return ((guess - next_states) / scale).pow(2).sum(-1)
+
+
+def hold_errors(env: Pendulum, states, next_states) -> torch.Tensor:
+    """The same error for holding the state (the forecast of an agent with no model), (1, n)."""
+    scale = torch.tensor([env.theta0, env.omega * env.theta0])
+    return ((states - next_states) / scale).pow(2).sum(-1)
 
 
 def train_predictor(
-    *,
+    *, seed: int, env: Pendulum, hidden: int = 8, updates: int = 300, batch: int = 256, lr=1e-2
+) -> torch.Tensor:
+    """The paper's comparison: the same network as M, from the same start, trained to predict
+    the next state of real transitions (mean squared error, channels scaled as in
+    `one_step_errors`) with Adam; returns its parameters (1, P - 3)."""
+    updates, batch = checks.integer("updates", updates), checks.integer("batch", batch)
+    lr = checks.number("lr", lr, 0.0, low_open=True)
+    model = model_of(initial_agents(1, hidden, seed), hidden).clone().requires_grad_(True)
+    optimizer = torch.optim.Adam([model], lr=lr)
+    data = generator(seed, TRANSITIONS)
+    scale = torch.tensor([env.theta0, env.omega * env.theta0])
+    for _ in range(updates):
+        states, actions, next_states = transitions(batch, env, data)
+        guess = forward_model(model, hidden, states, actions, env.dt)
+        # l = E || (M(s, a) - s') / scale ||^2
+        loss = ((guess - next_states) / scale).pow(2).sum(-1).mean()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    return model.detach()
+
+
+def imagine(controllers, models, hidden: int, env: Pendulum, start) -> torch.Tensor:
+    """Controllers (B, 3) run inside world models (B, P - 3), every step imagined from the real
+    start, without noise: the imagined costs (B, E, T)."""
+    k, b = controllers[:, :2], controllers[:, 2]
+    seen = start.expand(controllers.shape[0], -1, -1)
+    costs = []
+    for _ in range(env.steps):
+        # a_t = C(o^_t); o^_{t+1} = M(o^_t, a_t); the cost is read off the imagined state
+        action = env.u_max * torch.tanh((seen * k[:, None]).sum(-1) + b[:, None])
+        seen = forward_model(models, hidden, seen, action, env.dt)
+        costs.append(env.cost(seen))
+    return torch.stack(costs, -1)
+
+
+def train_in_imagination(
+    models, lrs, *, seed: int, env: Pendulum, hidden: int = 8, search: Search | None = None
+) -> torch.Tensor:
+    """Search a controller inside each world model (R, P - 3), all steps imagined from real
+    start states, with the same evolution strategy; returns the controllers (R, 3)."""
+    r = checks.tensor("models", models, "(R, M)", dtype="floating")["R"]
+    checks.tensor("lrs", lrs, "(R)", R=r, dtype="floating")
+    search = Search() if search is None else search
+    episodes = generator(seed, EPISODES)
+
+    def cost_of(population, i):
+        start, _ = env.episodes(search.episodes, episodes)
+        members = population.shape[1]
+        costs = imagine(_flat(population), models.repeat_interleave(members, 0), hidden, env, start)
+        # an imagined state that left the world (not finite) scores worst
+        costs = torch.nan_to_num(costs.mean((-2, -1)), nan=1e6, posinf=1e6).clamp(max=1e6)
+        return costs.reshape(r, members)
+
+    return evolve(
+        cost_of,
+        torch.zeros(r, 3),
+        lrs,
+        generations=search.generations,
+        pairs=search.pairs,
+        sigma=search.sigma,
+        gen=generator(seed, SEARCH),
+    )
+
+
+def dream_and_reality(controller, model, hidden: int, env: Pendulum, start, noise):
+    """A controller (1, 3) inside a world model (1, P - 3) and in the real pendulum from the same
+    starts: the imagined angles and the real ones (E, T), for the figures."""
+    checks.tensor("controller", controller, "(1, 3)", dtype="floating")
+    checks.tensor("model", model, "(1, M)", dtype="floating")
+    k, b = controller[:, :2], controller[:, 2]
+    seen, state, dream, real = start, start, [], []
+    with torch.no_grad():
+        for i in range(env.steps):
+            action = env.u_max * torch.tanh((seen * k[:, None]).sum(-1) + b[:, None])
+            seen = forward_model(model, hidden, seen, action, env.dt)
+            action = env.u_max * torch.tanh((state * k[:, None]).sum(-1) + b[:, None])
+            state = env.step(state, action + noise[..., i, 1], noise[..., i, 0])
+            dream.append(seen[0, :, 0])
+            real.append(state[0, :, 0])
+    return torch.stack(dream, -1), torch.stack(real, -1)
+
+
+def costs_of_controllers(controllers, *, env: Pendulum, start, noise) -> torch.Tensor:
+    """Controllers (R, 3) deployed in the real pendulum, always seeing it: costs (R, E)."""
+    r = checks.tensor("controllers", controllers, "(R, 3)", dtype="floating")["R"]
+    params = torch.cat([controllers, torch.ones(r, 2)], 1)  # lambda = 1, never used at p = 1
+    peeks = torch.ones(r, start.shape[1], env.steps, dtype=torch.bool)
+    with torch.no_grad():
+        return rule_rollout(params, env, start, noise, peeks).mean(-1)
+
+
+# -- helpers ---------------------------------------------------------------------------------------
+
+
+def _runs(ps, lrs) -> tuple[torch.Tensor, torch.Tensor]:
+    ps = torch.as_tensor(ps, dtype=torch.float32)
+    lrs = torch.as_tensor(lrs, dtype=torch.float32)
+    checks.tensor("ps", ps, "(R)", dtype="floating")
+    checks.tensor("lrs", lrs, "(R)", R=len(ps), dtype="floating")
+    if not bool(((ps >= 0) & (ps <= 1)).all()):
+        raise ValueError(f"ps must lie in [0, 1]; got {ps.tolist()}")
+    if not bool((lrs > 0).all()):
+        raise ValueError(f"lrs must be positive; got {lrs.tolist()}")
+    return ps, lrs
+
+
+# -- the chapter's study ---------------------------------------------------------------------------
+
+LRS = (0.003, 0.01, 0.03, 0.1, 0.3)  # the ES step sizes every searched arm is tuned over
+PEEK = 0.05  # the headline's peek probability (the paper's cart-pole video)
+SWEEP = (0.0, 0.05, 0.1, 0.2, 0.5, 1.0)  # the peek probabilities of the sweep
+VALID, TEST, VALID_PEEKS, TEST_PEEKS, TEST_TRANSITIONS = 10, 11, 12, 13, 14
+MODELS = ("emerged", "predictor", "untrained")  # the world models controllers are searched in
+
+
+@dataclass
+class Study:
+    """Everything the chapter reads. `validation`: each searched arm's validation cost at each
+    step size of LRS; `chosen`: the step size it chose; `test`: the chosen arms' test costs per
+    episode (E,) at p = PEEK ("model", "hold", "zeros", "shrink"), the controllers searched inside
+    each world model and deployed ("inside emerged", ..., "inside none" for no action at all),
+    and the one-step forecast errors per transition ("forecast emerged", ...); `sweep`: for
+    each p of SWEEP, the test costs per episode of the agent with a world model and of the hold
+    agent at that p, of the controller searched inside its model, and its forecast errors."""
+
+    validation: dict
+    chosen: dict
+    test: dict
+    sweep: dict
+    agent: torch.Tensor  # the chosen agent with a world model (1, P)
+    models: dict  # name -> world model (1, P - 3), with the sweep's as "p = ..."
+    controllers: dict  # name -> controller searched inside that model (1, 3), sweep's included
+    shrink: torch.Tensor  # the chosen shrink agent's lambda (2,)
+
+
+def study(
     seed: int,
-    updates: int = 300,
-    episodes: int = 32,
-    steps: int = 60,
-    lr: float = 1e-2,
-    hidden: int = 32,
-    env: BouncingPoint | None = None,
-) -> Agent:
-    """The reference the emergent model is measured against: the same world model trained with
-    an explicit forward-prediction loss on real transitions, the paper's usual way to get one.
-
-    Same optimiser, schedule, clipping, episodes and streams as `train_agent`; the action fed to
-    the model is the real position (what a perfect controller reports; the world ignores it).
-    Returned as an Agent whose controller reports what it sees (a = x^), trained at p = 1.
-    """
+    *,
+    env: Pendulum | None = None,
+    hidden: int = 8,
+    search: Search | None = None,
+    n_valid: int = 256,
+    n_test: int = 512,
+) -> Study:
+    """The chapter's experiment from one seed: agents with a world model and without one,
+    searched alike at p = PEEK over the step sizes LRS, and with a world model (and holding) at
+    every other p of SWEEP with the middle step size; the network trained to predict;
+    controllers searched inside the world models; all scored on validation episodes (choices)
+    and test episodes (claims), each from a stream of its own."""
     checks.integer("seed", seed, 0)
-    updates, episodes = checks.integer("updates", updates), checks.integer("episodes", episodes)
-    steps, lr = checks.integer("steps", steps, 2), checks.number("lr", lr, 0.0, low_open=True)
-    env = BouncingPoint() if env is None else env
-    with seeded(seed):
-        controller = observational_dropout.Controller()
-        model = observational_dropout.WorldModel(hidden)
-    with torch.no_grad():
-        controller.linear.weight.fill_(1.0)
-    controller.requires_grad_(False)
-    world = generator(seed, WORLD)
-    optimizer = torch.optim.Adam(model.parameters(), lr=lr)
+    env = Pendulum() if env is None else env
+    search = Search() if search is None else search
+    n, others, mid = len(LRS), [p for p in SWEEP if p != PEEK], LRS[len(LRS) // 2]
+    valid = env.episodes(n_valid, generator(seed, VALID))
+    test = env.episodes(n_test, generator(seed, TEST))
 
-    def loss_of_update(i):
-        for group in optimizer.param_groups:
-            group["lr"] = lr * (1 - 0.9 * i / updates)
-        _, observations = env.episodes(episodes, steps, world)
-        seen = observations[:, :-1]
-        # l = E || M(o_t, a_t) - o_{t+1} ||^2, a_t = x_t
-        return (model(seen, seen[..., 0]) - observations[:, 1:]).pow(2).mean()
+    def agent_costs(params, p, episodes, stream):
+        return costs_of_agents(
+            params,
+            p=p,
+            hidden=hidden,
+            env=env,
+            start=episodes[0],
+            noise=episodes[1],
+            peek_gen=generator(seed, stream),
+        )
 
-    history = train(model, optimizer, loss_of_update, updates, clip=1.0, desc="predictor")
-    return Agent(model=model, history=history, controller=controller, p=1.0)
+    def rule_costs(params, p, episodes, stream):
+        return costs_of_rules(
+            params,
+            p=p,
+            env=env,
+            start=episodes[0],
+            noise=episodes[1],
+            peek_gen=generator(seed, stream),
+        )
 
+    def deployed(controllers, episodes):
+        return costs_of_controllers(controllers, env=env, start=episodes[0], noise=episodes[1])
 
-# -- measuring the emergent model --------------------------------------------------------------
+    # agents at p = PEEK (one run per step size), then one per other p of the sweep
+    agents = train_agents(
+        [PEEK] * n + others,
+        list(LRS) + [mid] * len(others),
+        seed=seed,
+        env=env,
+        hidden=hidden,
+        search=search,
+    )
+    kinds = [kind for kind in RULES for _ in LRS] + ["hold"] * len(others)
+    rules = train_rule_agents(
+        kinds,
+        [PEEK] * (n * len(RULES)) + others,
+        list(LRS) * len(RULES) + [mid] * len(others),
+        seed=seed,
+        env=env,
+        search=search,
+    )
+    validation = {"model": agent_costs(agents[:n], PEEK, valid, VALID_PEEKS).mean(1)}
+    rule_validation = rule_costs(rules[: n * len(RULES)], PEEK, valid, VALID_PEEKS).mean(1)
+    for i, kind in enumerate(RULES):
+        validation[kind] = rule_validation[i * n : (i + 1) * n]
+    pick = {arm: int(scores.argmin()) for arm, scores in validation.items()}
+    agent = agents[pick["model"]][None]
+    chosen_rules = {kind: rules[i * n + pick[kind]][None] for i, kind in enumerate(RULES)}
+    test_costs = {"model": agent_costs(agent, PEEK, test, TEST_PEEKS)[0]}
+    for kind in RULES:
+        test_costs[kind] = rule_costs(chosen_rules[kind], PEEK, test, TEST_PEEKS)[0]
 
+    # the world models and their one-step forecasts under uniform actions
+    models = {
+        "emerged": model_of(agent, hidden),
+        "predictor": train_predictor(seed=seed, env=env, hidden=hidden),
+        "untrained": model_of(initial_agents(1, hidden, seed), hidden),
+    }
+    sweep_models = model_of(agents[n:], hidden)
+    states, actions, next_states = transitions(2048, env, generator(seed, TEST_TRANSITIONS))
+    errors = one_step_errors(
+        torch.cat([*models.values(), sweep_models]), hidden, env, states, actions, next_states
+    )
+    for i, name in enumerate(models):
+        test_costs[f"forecast {name}"] = errors[i]
+    shrink = chosen_rules["shrink"][0, 3:]
+    test_costs["forecast hold"] = hold_errors(env, states, next_states)[0]
+    test_costs["forecast shrink"] = hold_errors(env, shrink * states, next_states)[0]
 
-def one_step_error(agent: Agent, positions, observations) -> float:
-    """The model's one-step forecast of the position from real observations."""
-    _check_episodes(positions, observations)
-    if agent.model is None:
-        return hold_error(positions, observations)
-    with evaluating(agent.controller), evaluating(agent.model):
-        seen = observations[:, :-1]
-        guess = agent.model(seen, agent.controller(seen))
-    # E[(M(o_t, a_t)_x - x_{t+1})^2], a_t = C(o_t)
-    return (guess[..., 0] - positions[:, 1:]).pow(2).mean().item()
+    # controllers searched inside each world model, deployed in the real pendulum
+    inside = torch.cat([m.repeat(n, 1) for m in models.values()] + [sweep_models])
+    controllers = train_in_imagination(
+        inside,
+        torch.tensor(list(LRS) * len(models) + [mid] * len(others)),
+        seed=seed,
+        env=env,
+        hidden=hidden,
+        search=search,
+    )
+    inside_validation = deployed(controllers[: n * len(models)], valid).mean(1)
+    chosen_controllers = {}
+    for i, name in enumerate(models):
+        validation[f"inside {name}"] = inside_validation[i * n : (i + 1) * n]
+        pick[f"inside {name}"] = int(validation[f"inside {name}"].argmin())
+        chosen_controllers[name] = controllers[i * n + pick[f"inside {name}"]][None]
+    chosen_controllers["none"] = torch.zeros(1, 3)
+    for name, controller in chosen_controllers.items():
+        test_costs[f"inside {name}"] = deployed(controller, test)[0]
 
-
-def forecasts(agent: Agent, positions, observations) -> tuple[torch.Tensor, torch.Tensor]:
-    """The model's one-step forecasts from real observations, (B, T-1, 2), and the controller's
-    read-out of them, C(M(o_t, a_t)) (B, T-1); for the hold baseline, the observation itself."""
-    _check_episodes(positions, observations)
-    seen = observations[:, :-1]
-    with evaluating(agent.controller), torch.no_grad():
-        if agent.model is None:
-            guess = seen
+    # the sweep over p, each agent on the test episodes at its own p
+    sweep = {}
+    for p in SWEEP:
+        if p == PEEK:
+            runs = (agent, chosen_rules["hold"], chosen_controllers["emerged"], errors[0])
         else:
-            with evaluating(agent.model):
-                guess = agent.model(seen, agent.controller(seen))
-        return guess, agent.controller(guess)
+            j = others.index(p)
+            runs = (
+                agents[n + j][None],
+                rules[n * len(RULES) + j][None],
+                controllers[n * len(models) + j][None],
+                errors[len(models) + j],
+            )
+        sweep[p] = {
+            "model": agent_costs(runs[0], p, test, TEST_PEEKS)[0],
+            "hold": rule_costs(runs[1], p, test, TEST_PEEKS)[0],
+            "inside": deployed(runs[2], test)[0],
+            "forecast": runs[3],
+        }
+    for j, p in enumerate(others):
+        models[f"p = {p:g}"] = sweep_models[j][None]
+        chosen_controllers[f"p = {p:g}"] = controllers[n * len(MODELS) + j][None]
+    return Study(
+        validation={arm: dict(zip(LRS, v.tolist(), strict=True)) for arm, v in validation.items()},
+        chosen={arm: LRS[i] for arm, i in pick.items()},
+        test=test_costs,
+        sweep=sweep,
+        agent=agent,
+        models=models,
+        controllers=chosen_controllers,
+        shrink=shrink,
+    )
 
 
-def readout_error(agent: Agent, positions, observations) -> float:
-    """The one-step forecast as the task reads it, through the agent's own controller."""
-    _, readout = forecasts(agent, positions, observations)
-    # E[(C(M(o_t, a_t)) - x_{t+1})^2]
-    return (readout - positions[:, 1:]).pow(2).mean().item()
-
-
-def motion_correlation(agent: Agent, positions, observations) -> float:
-    """Pearson's correlation of the forecast motion, M(o_t, a_t)_x - x_t, with the real one,
-    x_{t+1} - x_t, over every step of every episode: a score of the forecast that no scale or
-    offset of its position channel changes (0 for holding, 1 for a perfect forecast)."""
-    guess, _ = forecasts(agent, positions, observations)
-    now = observations[:, :-1, 0]
-    forecast, real = (guess[..., 0] - now).flatten(), (positions[:, 1:] - now).flatten()
-    forecast, real = forecast - forecast.mean(), real - real.mean()
-    scale = forecast.norm() * real.norm()
-    return 0.0 if scale == 0 else (forecast @ real / scale).item()
-
-
-def constant_velocity_error(positions, observations, dt: float = 0.1) -> float:
-    """The one-step error of the rule x_{t+1} = x_t + v_t dt from real observations: exact but
-    for the steps that cross a bounce."""
-    _check_episodes(positions, observations)
-    dt = checks.number("dt", dt, 0.0, low_open=True)
-    # E[(x_t + v_t dt - x_{t+1})^2]
-    guess = observations[:, :-1, 0] + dt * observations[:, :-1, 1]
-    return (guess - positions[:, 1:]).pow(2).mean().item()
-
-
-def hold_error(positions, observations) -> float:
-    """The same error for repeating the observation."""
-    _check_episodes(positions, observations)
-    # E[(x_t - x_{t+1})^2]
-    return (observations[:, :-1, 0] - positions[:, 1:]).pow(2).mean().item()
-
-
-def task_error(agent: Agent, positions, observations, peeks) -> float:
-    """The task loss of the trained agent on given episodes and peek pattern."""
-    _check_episodes(positions, observations)
-    with evaluating(agent.controller):
-        model = agent.model
-        if model is not None:
-            model.eval()
-        with torch.no_grad():
-            actions, _ = observational_dropout.rollout(agent.controller, model, observations, peeks)
-    return observational_dropout.task_loss(actions, positions).item()
-
-
-def imagine(agent: Agent, observations) -> torch.Tensor:
-    """The model run on its own outputs from the first real observation (p = 0): the positions
-    it imagines, (B, T)."""
-    b, t = checks.tensor("observations", observations, "(B, T, 2)", dtype="floating").values()
-    peeks = torch.zeros(b, t, dtype=torch.bool)
-    peeks[:, 0] = True
-    with torch.no_grad():
-        _, seen = observational_dropout.rollout(agent.controller, agent.model, observations, peeks)
-    return seen[..., 0]
-
-
-def imagination_error(imagined: torch.Tensor, positions: torch.Tensor, horizon: int) -> float:
-    """The mean squared error of imagined positions (B, T) against the real ones (B, T) over the
-    first `horizon` steps."""
-    b, t = checks.tensor("positions", positions, "(B, T)", dtype="floating").values()
-    checks.tensor("imagined", imagined, "(B, T)", B=b, T=t, dtype="floating")
-    horizon = checks.integer("horizon", horizon)
-    return (imagined[:, :horizon] - positions[:, :horizon]).pow(2).mean().item()
-
-
-def _check_episodes(positions, observations) -> None:
-    b, t = checks.tensor("observations", observations, "(B, T, 2)", dtype="floating").values()
-    checks.tensor("positions", positions, "(B, T)", B=b, T=t, dtype="floating")
+def beats_by(ours: torch.Tensor, nulls: dict, k: float = 3.0) -> tuple[str, float, float]:
+    """The bound a cost (or error) of ours must go below to beat every null by k paired standard
+    errors: the best null, its mean minus k times the standard error of the paired difference
+    (ours - that null, over the same episodes or transitions), and that standard error."""
+    n = checks.tensor("ours", ours, "(N)", dtype="floating")["N"]
+    for name, values in nulls.items():
+        checks.tensor(name, values, "(N)", N=n, dtype="floating")
+    best = min(nulls, key=lambda name: nulls[name].mean().item())
+    se = ((ours - nulls[best]).std() / n**0.5).item()
+    return best, nulls[best].mean().item() - k * se, se
