@@ -6,7 +6,9 @@ The reference below is written from the paper's equations, one sequence at a tim
 explicit matrix A per sequence, so that it shares no code with the module.
 """
 
+import importlib.util
 import re
+from pathlib import Path
 
 import pytest
 import torch
@@ -706,3 +708,87 @@ def test_successive_halving_continues_the_best_rates_and_chooses_among_them():
     )
     with pytest.raises(ValueError, match="rung"):
         experiment.tune_learning_rate(train, validation, seed=0, lrs=lrs, rung=8, steps=8)
+
+
+# -- The module against the paper's equations, through a retrieval network ------------------------
+
+
+def _mutants():
+    """tests/mutants/fast_weights.py, loaded by path: the broken memories the chapter catches."""
+    path = Path(__file__).parent / "mutants" / "fast_weights.py"
+    spec = importlib.util.spec_from_file_location("fast_weights_mutants", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+# what a mutant of tests/mutants/fast_weights.py may replace: saved and restored around each test
+PATCHED = [
+    (fw, "fast_weight_update"),
+    (fw, "attention_readout"),
+    (fw, "decay_weights"),
+    (fw.FastWeightsRNN, "step"),
+    (fw.FastWeightsRNN, "trace"),
+]
+
+
+def retrieval_net_off_its_start(seed=0, hidden_size=12):
+    """A float64 RetrievalNet at S = 2 with W moved off 0.5 I (no longer symmetric) and LN given a
+    gain and bias other than 1 and 0, so that nothing of the inner loop is hidden by its start."""
+    with seeded(seed):
+        model = experiment.RetrievalNet(
+            hidden_size=hidden_size, embedding_size=7, inner_steps=2
+        ).double()
+    core = model.core
+    with torch.no_grad():
+        core.recurrent_weights.weight.add_(0.3 * randn(hidden_size, hidden_size, seed=seed + 1))
+        core.norm.weight.copy_(1 + 0.2 * randn(hidden_size, seed=seed + 2))
+        core.norm.bias.copy_(0.1 * randn(hidden_size, seed=seed + 3))
+    return model
+
+
+def gaps_from_the_equations(model, tokens, answers):
+    """How far the module's network is from the paper's equations written out
+    (`experiment.by_the_equations`, which shares no code with the module), as two numbers: the
+    largest difference between the module's read at the query (`attention_at_query`) and the
+    read computed from the equations (`equation_weights_at_query`), and the largest difference
+    between the gradients of the cross-entropy with respect to every parameter (embedding, C, W,
+    LN's gain and bias, read-out) through the module and through the equations."""
+    module_read = experiment.attention_at_query(model, tokens)
+    read_gap = (module_read - experiment.equation_weights_at_query(model, tokens)).abs().max()
+
+    def gradients(logits):  # a parameter that the loss does not reach has a zero gradient
+        model.zero_grad()
+        F.cross_entropy(logits, answers).backward()
+        return [
+            torch.zeros_like(p) if p.grad is None else p.grad.clone() for p in model.parameters()
+        ]
+
+    through_module = gradients(model(tokens))
+    states = experiment.by_the_equations(model.core, model.embedding(tokens))
+    through_equations = gradients(model.readout(states[:, -1]))
+    grad_gap = max(
+        (a - b).abs().max() for a, b in zip(through_module, through_equations, strict=True)
+    )
+    return read_gap.item(), grad_gap.item()
+
+
+def test_the_modules_read_and_gradients_through_the_inner_loop_are_the_papers_equations():
+    tokens, answers = experiment.retrieval_batch(5, 4, gen(60))
+    model = retrieval_net_off_its_start()
+    read_gap, grad_gap = gaps_from_the_equations(model, tokens, answers)
+    assert read_gap < 1e-12
+    assert grad_gap < 1e-10
+    assert all(p.grad.abs().sum() > 0 for p in model.core.parameters())  # every slow weight is seen
+
+
+@pytest.mark.parametrize("mutant", [m.__name__ for m in _mutants().MUTANTS])
+def test_a_broken_inner_loop_or_memory_is_told_apart_from_the_papers_equations(mutant, monkeypatch):
+    tokens, answers = experiment.retrieval_batch(5, 4, gen(60))
+    model = retrieval_net_off_its_start()
+    for owner, name in PATCHED:  # undone after the test, whatever the mutant replaced
+        monkeypatch.setattr(owner, name, getattr(owner, name))
+    getattr(_mutants(), mutant)()
+    read_gap, grad_gap = gaps_from_the_equations(model, tokens, answers)
+    assert read_gap > 1e-6, mutant
+    assert grad_gap > 1e-6, mutant
