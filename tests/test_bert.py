@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from conftest import gen
 from papernotes import bert, training
 from papernotes.bert import CLS, IGNORE, MASK, PAD, SEP, SPECIAL_IDS, experiment
-from papernotes.bert.experiment import CLOSE, OPEN, VOCAB_SIZE
+from papernotes.bert.experiment import CLOSE, JOINT, OPEN, VOCAB_SIZE
 
 
 def corpus(n=4000, seed=0, **kwargs):
@@ -55,11 +55,11 @@ def test_mask_tokens_outputs_follow_the_decisions():
     kept = m.selected & ~m.masked & ~m.randomized
     assert torch.equal(inputs[kept], tokens[kept])
     assert torch.equal(inputs[~m.selected], tokens[~m.selected])
-    # Random replacements are ordinary tokens (brackets), never special nor [MASK].
-    assert torch.isin(inputs[m.randomized], torch.tensor(OPEN + CLOSE)).all()
-    # A random token differs from the original one 5 times in 6 (six brackets to draw from).
+    # Random replacements are ordinary tokens (brackets, joints), never special nor [MASK].
+    assert torch.isin(inputs[m.randomized], torch.tensor(OPEN + CLOSE + JOINT)).all()
+    # A random token differs from the original one 8 times in 9 (nine ordinary tokens).
     changed = (inputs[m.randomized] != tokens[m.randomized]).float().mean().item()
-    assert within(changed, 5 / 6, m.randomized.sum().item())
+    assert within(changed, 8 / 9, m.randomized.sum().item())
 
 
 def test_special_tokens_are_never_selected():
@@ -75,7 +75,7 @@ def test_masking_shares_read_back_the_papers_mix():
     inputs, labels = bert.mask_tokens(tokens, MASK, VOCAB_SIZE, 0.15, gen(4), SPECIAL_IDS)
     shares = experiment.masking_shares(tokens, inputs, labels)
     expected = experiment.expected_shares()
-    assert expected["other token"] == pytest.approx(0.1 * 5 / 6)
+    assert expected["other token"] == pytest.approx(0.1 * 8 / 9)
     assert within(shares["selected"], 0.15, shares["eligible"])
     for name in ("mask", "other token", "unchanged"):
         assert within(shares[name], expected[name], shares["selected_count"]), name
@@ -117,7 +117,7 @@ def test_mask_tokens_rejects_bad_input():
 
 def test_the_core_of_mask_tokens_is_mask_tokens_without_its_checks():
     tokens = corpus(200)
-    ordinary = torch.tensor(OPEN + CLOSE)
+    ordinary = torch.tensor(OPEN + CLOSE + JOINT)
     core = bert._mask_tokens(tokens, MASK, ordinary, 0.3, gen(11), SPECIAL_IDS, 0.8, 0.1)
     checked = bert.mask_tokens(tokens, MASK, VOCAB_SIZE, 0.3, gen(11), SPECIAL_IDS)
     assert torch.equal(core[0], checked[0]) and torch.equal(core[1], checked[1])
@@ -151,8 +151,8 @@ def test_masking_z_counts_selected_among_eligible_and_the_rest_among_selected():
 # -- the encoder ----------------------------------------------------------------------------------
 
 
-def encoder(causal, seed=0):
-    return experiment.new_encoder(causal=causal, seed=seed, max_len=22)
+def encoder(causal, seed=0, max_len=26):
+    return experiment.new_encoder(causal=causal, seed=seed, max_len=max_len)
 
 
 def test_causal_features_ignore_the_right_and_bidirectional_ones_do_not():
@@ -338,77 +338,112 @@ def test_mlm_loss_keeps_the_batch_it_masked():
 # -- the probe ------------------------------------------------------------------------------------
 
 
-def balanced(row) -> bool:
-    stack = []
-    for t in row:
-        if t in OPEN:
-            stack.append(OPEN.index(t))
-        elif t in CLOSE:
-            if not stack or stack.pop() != CLOSE.index(t):
-                return False
-    return not stack
+def joints(n=400, seed=0, **kwargs):
+    return experiment.joint_sequences(n, generator=gen(seed), **kwargs)
 
 
-def prefix_ok(row) -> bool:
-    """A prefix of some balanced sequence (brackets only)."""
-    stack = []
-    for t in row:
-        if t in OPEN:
-            stack.append(OPEN.index(t))
-        elif not stack or stack.pop() != CLOSE.index(t):
-            return False
-    return True
+def test_joint_sequences_are_balanced_words_joined_by_the_sum_of_their_neighbours():
+    tokens = joints(500)
+    assert tokens.shape == (500, 26) and (tokens[:, 0] == CLS).all()
+    counts = set()
+    for row in tokens.tolist():
+        end = row.index(SEP)
+        assert all(t == PAD for t in row[end + 1 :])
+        body = row[1:end]
+        cuts = [i for i, t in enumerate(body) if t in JOINT]
+        counts.add(len(cuts))
+        words = [body[a + 1 : b] for a, b in zip([-1, *cuts], [*cuts, len(body)], strict=True)]
+        for word in words:
+            assert 2 <= len(word) <= 4
+            stack = []
+            for t in word:
+                if t in OPEN:
+                    stack.append(t)
+                else:
+                    assert stack and CLOSE.index(t) == OPEN.index(stack.pop())
+            assert not stack
+        for i in cuts:  # the closing bracket before, the opening one after
+            before, after = CLOSE.index(body[i - 1]), OPEN.index(body[i + 1])
+            assert JOINT.index(body[i]) == (before + after) % 3
+    assert counts == {1, 2, 3, 4}
 
 
-def test_the_hidden_bracket_is_fixed_by_both_sides_together_and_by_neither_alone():
-    tokens = corpus(300, seed=3)
-    rows, cols, labels = experiment.cloze_set(tokens, gen(16))
-    flipped = {o: c for o, c in zip(OPEN, CLOSE, strict=True)} | {
-        c: o for o, c in zip(OPEN, CLOSE, strict=True)
-    }
-    for r, c, y in zip(rows.tolist(), cols.tolist(), labels.tolist(), strict=True):
-        word = [t for t in tokens[r].tolist() if t in OPEN + CLOSE]
-        i = c - 1
-        fits = [b for b in experiment.BRACKETS if balanced(word[:i] + [b] + word[i + 1 :])]
-        assert fits == [experiment.BRACKETS[y]]
-        # the left alone: every bracket that continues the prefix; the right alone: every
-        # bracket that, read backwards, continues the reversed suffix
-        left = [b for b in experiment.BRACKETS if prefix_ok(word[:i] + [b])]
-        right = [
-            b
-            for b in experiment.BRACKETS
-            if prefix_ok([flipped[t] for t in (word[i + 1 :] + [b])[::-1]])
-        ]
-        assert len(left) >= 3 and len(right) >= 3
+def test_a_joint_is_uniform_given_either_side_alone():
+    tokens = joints(30000, seed=1)
+    inputs, cols, labels = experiment.joint_items(tokens, gen(2))
+    rows = torch.arange(len(cols))
+    before = tokens[rows, cols - 1] - CLOSE[0]
+    after = tokens[rows, cols + 1] - OPEN[0]
+    assert torch.equal(labels, experiment.joint_of(before, after))
+    # the left neighbour alone (or the right alone) leaves the joint uniform: all nine
+    # combinations occur about equally often
+    table = torch.bincount(3 * before + labels, minlength=9).float()
+    assert (table / table.sum() - 1 / 9).abs().max() < 0.01
+    table = torch.bincount(3 * after + labels, minlength=9).float()
+    assert (table / table.sum() - 1 / 9).abs().max() < 0.01
 
 
-def test_cloze_set_hides_one_bracket_per_sequence():
-    o, c = OPEN, CLOSE
-    tokens = torch.tensor([[CLS, o[0], c[0], o[1], c[1], SEP]] * 200)
-    rows, cols, labels = experiment.cloze_set(tokens, gen(17))
-    assert rows.tolist() == list(range(200)) and set(cols.tolist()) == {1, 2, 3, 4}
-    assert all(
-        experiment.BRACKETS[y] == tokens[0, x]
-        for x, y in zip(cols.tolist(), labels.tolist(), strict=True)
-    )
-    with pytest.raises(ValueError, match="tokens must have shape"):
-        experiment.cloze_set(tokens[0])
+def test_no_additive_rule_computes_the_joint():
+    # scores s_c(a, b) = g_c(a) + h_c(b): the three pairs with answer 0 and the three with
+    # answer 1 use each a and each b once, so s_0 - s_1 sums to the same total over both sets;
+    # it cannot be positive on the first three and negative on the other three.
+    zero = [(a, b) for a in range(3) for b in range(3) if experiment.joint_of(a, b) == 0]
+    one = [(a, b) for a in range(3) for b in range(3) if experiment.joint_of(a, b) == 1]
+    assert sorted(a for a, _ in zero) == sorted(a for a, _ in one) == [0, 1, 2]
+    assert sorted(b for _, b in zero) == sorted(b for _, b in one) == [0, 1, 2]
 
 
-def test_cloze_features_read_the_gap_as_each_encoder_should():
-    tokens = corpus(20, seed=4)
-    rows, cols, labels = experiment.cloze_set(tokens, gen(18))
+def test_joint_items_show_a_random_joint_and_ask_for_the_true_one():
+    tokens = joints(3000, seed=3)
+    inputs, cols, labels = experiment.joint_items(tokens, gen(4))
+    rows = torch.arange(3000)
+    assert torch.isin(tokens[rows, cols], torch.tensor(JOINT)).all()
+    assert torch.equal(labels, tokens[rows, cols] - JOINT[0])
+    shown = inputs[rows, cols] - JOINT[0]
+    assert torch.isin(inputs[rows, cols], torch.tensor(JOINT)).all()
+    assert within((shown == labels).float().mean().item(), 1 / 3, 3000)
+    other = inputs.clone()
+    other[rows, cols] = tokens[rows, cols]
+    assert torch.equal(other, tokens)  # only the asked joint changed, and no [MASK] anywhere
+    assert not (inputs == MASK).any()
+    # every joint of a sequence is asked about sometimes
+    many = experiment.joint_items(tokens[:1].expand(400, -1), gen(5))[1]
+    assert set(many.tolist()) == set((tokens[0] >= JOINT[0]).nonzero()[:, 0].tolist())
+    with pytest.raises(ValueError, match="at least one joint"):
+        experiment.joint_items(corpus(4))
+
+
+def test_gap_features_read_the_joint_as_each_encoder_should():
+    tokens = joints(20, seed=4)
+    inputs, cols, labels = experiment.joint_items(tokens, gen(18))
+    rows = torch.arange(20)
     ltr, rtl, mlm = encoder(True, seed=1), encoder(True, seed=2), encoder(False, seed=3)
-    other = tokens.clone()
-    other[rows, cols] = torch.tensor(experiment.BRACKETS)[(labels + 1) % 6]  # another bracket
-    for encoders in ({"mlm": mlm}, {"ltr": ltr}, {"rtl": rtl}, {"ltr": ltr, "rtl": rtl}):
-        a = experiment.cloze_features(encoders, tokens, rows, cols)
-        b = experiment.cloze_features(encoders, other, rows, cols)
+    other = inputs.clone()
+    other[rows, cols] = JOINT[0] + (inputs[rows, cols] - JOINT[0] + 1) % 3  # another joint
+    for encoders in ({"ltr": ltr}, {"rtl": rtl}, {"ltr": ltr, "rtl": rtl}):
+        a = experiment.gap_features(encoders, inputs, cols)
+        b = experiment.gap_features(encoders, other, cols)
         assert a.shape == (20, 64 * len(encoders))
-        assert torch.allclose(a, b, atol=1e-6)  # none of them sees the hidden bracket
-    both = experiment.cloze_features({"ltr": ltr, "rtl": rtl}, tokens, rows, cols)
-    assert torch.equal(both[:, :64], experiment.cloze_features({"ltr": ltr}, tokens, rows, cols))
-    assert torch.equal(both[:, 64:], experiment.cloze_features({"rtl": rtl}, tokens, rows, cols))
+        assert torch.allclose(a, b, atol=1e-6)  # neither half sees the joint
+    # the masked LM reads the symbol shown, or [MASK] when asked to
+    a = experiment.gap_features({"mlm": mlm}, inputs, cols)
+    assert not torch.allclose(a, experiment.gap_features({"mlm": mlm}, other, cols))
+    hidden = inputs.clone()
+    hidden[rows, cols] = MASK
+    assert torch.equal(
+        experiment.gap_features({"mlm": mlm}, inputs, cols, mask=True),
+        experiment.gap_features({"mlm": mlm}, hidden, cols),
+    )
+    both = experiment.gap_features({"ltr": ltr, "rtl": rtl}, inputs, cols)
+    assert torch.equal(both[:, :64], experiment.gap_features({"ltr": ltr}, inputs, cols))
+    assert torch.equal(both[:, 64:], experiment.gap_features({"rtl": rtl}, inputs, cols))
+
+
+def test_side_counts_by_hand():
+    o, c, j = OPEN, CLOSE, JOINT
+    tokens = torch.tensor([[CLS, o[0], c[0], j[1], o[2], o[1], c[1], c[2], SEP]])
+    counts = experiment.side_counts(tokens, torch.tensor([3]))
+    assert counts.tolist() == [[1, 0, 0, 1, 0, 0, 0, 1, 1, 0, 1, 1]]
 
 
 def test_majority_accuracy_by_hand():
@@ -417,43 +452,46 @@ def test_majority_accuracy_by_hand():
     assert experiment.majority_accuracy(torch.tensor([4, 4, 2]), torch.tensor([4, 1])) == 0.5
 
 
-def test_train_probe_learns_a_separable_problem():
-    x = torch.randn(400, 6, generator=gen(10))
-    y = (x[:, 2] > 0).long() + 2 * (x[:, 4] > 0).long()
-    run = experiment.train_probe(x[:300], y[:300], x[300:], y[300:], seed=0, classes=4, steps=200)
-    assert run.history.steps == [200] and run.model.out_features == 4
-    assert run.history.final("val_accuracy") > 0.9
-    with pytest.raises(ValueError, match="train_y must have shape"):
-        experiment.train_probe(x, y[:10], x, y, seed=0)
+def test_choose_breaks_ties_towards_the_middle_of_the_grid():
+    assert experiment.choose({1: 0.5, 2: 0.7, 3: 0.6}) == 2
+    assert experiment.choose({1: 0.5, 2: 0.5, 3: 0.5, 4: 0.5, 5: 0.5}) == 3
+    assert experiment.choose({1: 0.9, 2: 0.9, 3: 0.5, 4: 0.5}) == 2
+    assert experiment.choose({1: 0.9, 2: 0.5, 3: 0.5}) == 1
+    assert experiment.choose({1: 0.9, 2: 0.88, 3: 0.5, 4: 0.5, 5: 0.5}, tolerance=0.03) == 2
 
 
-def test_the_probe_standardises_on_the_training_features():
-    x = 3.0 + 2.0 * torch.randn(200, 4, generator=gen(13))
-    y = (x[:, 0] > 3.0).long()
-    run = experiment.train_probe(x[:150], y[:150], x[150:], y[150:], seed=0, steps=50)
-    assert isinstance(run, training.Run) and isinstance(run.model, torch.nn.Linear)
-    by_hand = (x[150:] - x[:150].mean(0)) / (x[:150].std(0) + 1e-6)
-    assert torch.allclose(run.standardize(x[150:]), by_hand)
-    with torch.no_grad():
-        expected = run.model(by_hand).argmax(1) == y[150:]
-    assert torch.equal(run.correct(x[150:], y[150:]), expected)
-    assert run.accuracy(x[150:], y[150:]) == pytest.approx(expected.float().mean().item())
-    assert run.history.final("val_accuracy") == run.accuracy(x[150:], y[150:])
+def problem(n=600, seed=19):
+    x = torch.randn(n, 5, generator=gen(seed))
+    y = (x[:, 0] * x[:, 1] > 0).long()  # an XOR of two signs: no linear head solves it
+    split = {"train": slice(0, 200), "validation": slice(200, 400), "test": slice(400, n)}
+    return {k: x[s] for k, s in split.items()}, {k: y[s] for k, s in split.items()}
 
 
 def test_tune_probe_chooses_on_validation_and_answers_the_test_items():
-    x = torch.randn(600, 5, generator=gen(19))
-    y = (x[:, 0] + 0.3 * torch.randn(600, generator=gen(20)) > 0).long()
-    features = {"train": x[:200], "validation": x[200:400], "test": x[400:]}
-    labels = {"train": y[:200], "validation": y[200:400], "test": y[400:]}
-    tuned = experiment.tune_probe(features, labels, (1e-3, 10.0), seed=0, classes=2)
-    assert set(tuned.val_accuracy) == {1e-3, 10.0}
-    assert tuned.chosen == max(tuned.val_accuracy, key=tuned.val_accuracy.get)
-    run = experiment.train_probe(
-        x[:200], y[:200], x[200:400], y[200:400], seed=0, weight_decay=tuned.chosen
+    features, labels = problem()
+    tuned = experiment.tune_probe(
+        features, labels, (1e-3, 1e-1, 10.0), seed=0, classes=2, hidden=32, steps=200
     )
-    assert torch.equal(tuned.correct, run.correct(x[400:], y[400:]))
-    assert tuned.test_accuracy == pytest.approx(run.accuracy(x[400:], y[400:]))
+    assert tuned.steps == [100, 200] and set(tuned.val_accuracy) == {1e-3, 1e-1, 10.0}
+    best = max(tuned.val_accuracy.values())
+    se = 3 * math.sqrt(best * (1 - best) / 200)
+    assert tuned.chosen == experiment.choose(tuned.val_accuracy, se)
+    assert all(len(c) == 2 for c in (*tuned.val_curve.values(), *tuned.loss_curve.values()))
+    assert tuned.test_accuracy > 0.85  # the MLP head learns the XOR
+    linear = experiment.tune_probe(features, labels, (1e-3, 1e-1), seed=0, classes=2, steps=200)
+    assert linear.test_accuracy < 0.7  # a linear head cannot
+    with pytest.raises(ValueError, match="train labels must have shape"):
+        experiment.tune_probe(
+            features, labels | {"train": labels["train"][:10]}, (0.0,), seed=0, classes=2
+        )
+
+
+def test_tune_probe_trains_each_head_as_if_alone():
+    features, labels = problem()
+    grid = experiment.tune_probe(features, labels, (1e-3, 1.0), seed=0, classes=2, hidden=8)
+    alone = experiment.tune_probe(features, labels, (1.0,), seed=0, classes=2, hidden=8)
+    assert grid.val_curve[1.0] == pytest.approx(alone.val_curve[1.0])
+    assert grid.loss_curve[1.0] == pytest.approx(alone.loss_curve[1.0], rel=1e-5)
 
 
 def test_paired_noise_is_k_standard_errors_of_the_paired_difference():
@@ -558,13 +596,29 @@ def test_masking_counts_and_shares_by_hand():
     assert shares == experiment.masking_shares(tokens, inputs, labels)
 
 
+def full_joints(n=8):
+    many = joints(4096, seed=6)
+    return many[(many != PAD).all(1)][:n]
+
+
+def test_influence_skips_the_joints_and_sees_one_side_for_one_way_encoders():
+    tokens = full_joints()
+    causal = experiment.influence(encoder(True, max_len=26), tokens, gen(8))
+    both = experiment.influence(encoder(False, max_len=26), tokens, gen(8))
+    upper = torch.ones(26, 26, dtype=torch.bool).triu(1)
+    assert causal[upper].abs().max().item() < 1e-5
+    assert both[upper].max().item() > 1e-3
+    joint_columns = torch.isin(tokens, torch.tensor(JOINT)).all(0)
+    assert (both[:, joint_columns | (torch.arange(26) == 0)] == 0).all()
+
+
 def test_influence_by_side_by_hand():
     moved = torch.arange(16.0).view(4, 4)  # entry (i, j) = 4 i + j
     sides = experiment.influence_by_side(moved)
     assert sides["left"] == pytest.approx((4 + 8 + 9 + 12 + 13 + 14) / 6)
     assert sides["right"] == pytest.approx((1 + 2 + 3 + 6 + 7 + 11) / 6)
     assert sides["next"] == pytest.approx((1 + 6 + 11) / 3)
-    full = corpus(8, min_pairs=10)
+    full = full_joints()
     causal = experiment.influence(encoder(True), full, gen(14))
     assert experiment.influence_by_side(causal)["right"] < 1e-6
     backwards = experiment.influence(encoder(True), full, gen(14), backwards=True)

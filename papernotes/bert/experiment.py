@@ -1,26 +1,29 @@
-"""The bert chapter's experiment: a bracket language in which every token is fixed by both sides
-together, three pre-trainings on it (the masked LM, a left-to-right LM, a right-to-left LM), a
-linear probe on their frozen features, and the measurements (what the masking did, where the loss
-went, what each position sees).
+"""The bert chapter's experiment: a bracket language with joints that need both sides, four
+pre-trainings on it (the masked LM with the paper's 80/10/10 mix and with 100/0/0, a left-to-right
+LM, a right-to-left LM), a probe on their frozen features, and the measurements (what the masking
+did, where the loss went, what each position sees).
 
-The data: balanced sequences of three kinds of brackets (a Dyck language), framed by `[CLS]`
-and `[SEP]` and padded. The probe's question is a cloze: one bracket of each sequence is hidden,
-which was it? Given both sides exactly one bracket fits; given either side alone at least three
-do. The paper fine-tunes, and also (section 5.3) uses frozen features with a classifier on top;
-here, frozen features and a linear probe whose weight decay is chosen on validation.
+The data: short balanced bracket words of three kinds, joined by joint symbols and framed by
+`[CLS]` and `[SEP]`. A joint's value is the sum modulo 3 of the kinds of its two neighbours, so
+either side alone leaves it uniform and no rule that adds a score from the left to one from the
+right computes it. The probe's question: one joint of each sequence is replaced by a random joint
+symbol (no [MASK] anywhere); which one belongs there? The paper fine-tunes, and also (section 5.3)
+trains a BiLSTM on frozen features; here, frozen features and a small MLP head (or a linear one)
+whose weight decay is chosen on validation, the same for every encoder.
 
 The mechanism is `papernotes.bert`, called through the module (`bert.mlm_loss(...)`) so that a
-mutant patched onto it reaches these runs.
+mutant patched onto it reaches these runs. The count-only rule (`side_counts`) and the probe
+heads use no part of it.
 """
 
 from __future__ import annotations
 
 import copy
-import itertools
 import math
 from dataclasses import dataclass, field
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from papernotes import bert, checks, data, training
@@ -36,39 +39,30 @@ BATCHES, MASKS, VALIDATION_MASKS, LOSS_CHECK = 11, 12, 13, 14
 PICTURE = 20
 OBJECTIVES = ("mlm", "ltr", "rtl")  # masked LM, left-to-right LM, right-to-left LM
 
-# -- the vocabulary: BERT's special tokens (papernotes.bert), then the brackets ------------------
+# -- the vocabulary: BERT's special tokens (papernotes.bert), the brackets, the joint symbols ----
 
 N_TYPES = 3  # ( [ {
 OPEN = tuple(range(4, 4 + N_TYPES))  # 4 5 6
 CLOSE = tuple(range(4 + N_TYPES, 4 + 2 * N_TYPES))  # 7 8 9
-VOCAB_SIZE = 4 + 2 * N_TYPES
-SYMBOLS = ("·", "C", "S", "M", "(", "[", "{", ")", "]", "}")  # for pictures: pad, CLS, SEP, MASK
+JOINT = tuple(range(4 + 2 * N_TYPES, 4 + 3 * N_TYPES))  # 10 11 12: the joint symbols 0 1 2
+BRACKETS = OPEN + CLOSE
+VOCAB_SIZE = 4 + 3 * N_TYPES
+# for pictures: pad, CLS, SEP, MASK, the brackets, the joint symbols
+SYMBOLS = ("·", "C", "S", "M", "(", "[", "{", ")", "]", "}", "0", "1", "2")
 
 
-# -- the data: a bracket language -----------------------------------------------------------------
+# -- the data: a bracket language with a joint --------------------------------------------------
 
 
-def dyck_sequences(
-    n: int, max_pairs: int = 10, generator: torch.Generator | None = None, *, min_pairs: int = 1
-) -> torch.Tensor:
-    """`n` balanced bracket sequences of three kinds, `[CLS] w [SEP]` padded to 2 max_pairs + 2.
-
-    Each has a number of bracket pairs drawn uniformly from min_pairs..max_pairs; position by
-    position
-    the next symbol opens (a kind drawn uniformly) or closes the innermost open bracket, with
-    even odds whenever both keep the sequence completable. Returns (n, 2 max_pairs + 2) long.
-    """
-    n = checks.integer("n", n)
-    max_pairs = checks.integer("max_pairs", max_pairs)
-    min_pairs = checks.integer("min_pairs", min_pairs)
-    if min_pairs > max_pairs:
-        raise ValueError(f"min_pairs must be at most max_pairs = {max_pairs}; got {min_pairs}")
-    length = 2 * max_pairs
-    pairs = torch.randint(min_pairs, max_pairs + 1, (n,), generator=generator)
+def _dyck_words(pairs: torch.Tensor, length: int, generator) -> torch.Tensor:
+    """Balanced bracket words of `pairs` (n,) pairs each, padded to `length` (n, length): position
+    by position the next symbol opens (a kind drawn uniformly) or closes the innermost open
+    bracket, with even odds whenever both keep the word completable."""
+    n = len(pairs)
     total = 2 * pairs
     kinds = torch.randint(N_TYPES, (n, length), generator=generator)
     coins = torch.rand(n, length, generator=generator) < 0.5
-    stack = torch.zeros(n, max_pairs + 1, dtype=torch.long)
+    stack = torch.zeros(n, length // 2 + 1, dtype=torch.long)
     depth = torch.zeros(n, dtype=torch.long)
     words = torch.full((n, length), bert.PAD, dtype=torch.long)
     rows = torch.arange(n)
@@ -84,11 +78,77 @@ def dyck_sequences(
         words[:, t] = torch.where(closes, top + CLOSE[0], words[:, t])
         stack[rows, depth] = torch.where(opens, kinds[:, t], stack[rows, depth])
         depth = depth + opens.long() - closes.long()
-    framed = torch.full((n, length + 2), bert.PAD, dtype=torch.long)
+    return words
+
+
+def dyck_sequences(
+    n: int, max_pairs: int = 10, generator: torch.Generator | None = None, *, min_pairs: int = 1
+) -> torch.Tensor:
+    """`n` balanced bracket sequences of three kinds, `[CLS] w [SEP]` padded to 2 max_pairs + 2,
+    each with a number of bracket pairs drawn uniformly from min_pairs..max_pairs. Returns
+    (n, 2 max_pairs + 2) long."""
+    n = checks.integer("n", n)
+    max_pairs = checks.integer("max_pairs", max_pairs)
+    min_pairs = checks.integer("min_pairs", min_pairs)
+    if min_pairs > max_pairs:
+        raise ValueError(f"min_pairs must be at most max_pairs = {max_pairs}; got {min_pairs}")
+    pairs = torch.randint(min_pairs, max_pairs + 1, (n,), generator=generator)
+    words = _dyck_words(pairs, 2 * max_pairs, generator)
+    framed = torch.full((n, 2 * max_pairs + 2), bert.PAD, dtype=torch.long)
     framed[:, 0] = bert.CLS
-    framed[:, 1 : length + 1] = words
-    framed[rows, total + 1] = bert.SEP
+    framed[:, 1:-1] = words
+    framed[torch.arange(n), 2 * pairs + 1] = bert.SEP
     return framed
+
+
+def joint_of(before: torch.Tensor, after: torch.Tensor) -> torch.Tensor:
+    """A joint symbol's value (0-2) for the kind (0-2) of the bracket right before it (a closing
+    one) and the kind of the bracket right after it (an opening one): their sum modulo 3."""
+    return (before + after) % N_TYPES
+
+
+def joint_sequences(
+    n: int,
+    segments: int = 5,
+    max_pairs: int = 2,
+    generator: torch.Generator | None = None,
+    *,
+    min_segments: int = 2,
+) -> torch.Tensor:
+    """`n` sequences `[CLS] w1 j1 w2 j2 ... wk [SEP]`, padded to segments (2 max_pairs + 1) + 1:
+    k balanced bracket words (min_segments..segments of them, each of 1..max_pairs pairs, drawn
+    uniformly), and between each two a joint symbol whose value is `joint_of` the kind of the
+    bracket before it (the closing bracket that ends one word) and the kind of the bracket after
+    it (the opening bracket that starts the next). Returns (n, segments (2 max_pairs + 1) + 1)
+    long."""
+    n = checks.integer("n", n)
+    segments = checks.integer("segments", segments, 2)
+    max_pairs = checks.integer("max_pairs", max_pairs)
+    min_segments = checks.integer("min_segments", min_segments, 2)
+    if min_segments > segments:
+        raise ValueError(f"min_segments must be at most segments = {segments}; got {min_segments}")
+    count = torch.randint(min_segments, segments + 1, (n,), generator=generator)
+    rows = torch.arange(n)
+    out = torch.full((n, segments * (2 * max_pairs + 1) + 1), bert.PAD, dtype=torch.long)
+    out[:, 0] = bert.CLS
+    at = torch.ones(n, dtype=torch.long)  # where the next symbol goes
+    before = torch.zeros(n, dtype=torch.long)  # the kind of the last closing bracket written
+    for s in range(segments):
+        live = s < count
+        pairs = torch.randint(1, max_pairs + 1, (n,), generator=generator)
+        word = _dyck_words(pairs, 2 * max_pairs, generator)
+        if s > 0:  # the joint between the last word and this one
+            joint = joint_of(before, word[:, 0] - OPEN[0]) + JOINT[0]
+            out[rows[live], at[live]] = joint[live]
+            at = at + live.long()
+        for j in range(2 * max_pairs):
+            real = live & (j < 2 * pairs)
+            out[rows[real], at[real]] = word[real, j]
+            at = at + real.long()
+        last = word[rows, 2 * pairs - 1] - CLOSE[0]  # a word ends with a closing bracket
+        before = torch.where(live, last, before)
+    out[rows, at] = bert.SEP
+    return out
 
 
 def spell(row) -> str:
@@ -275,140 +335,184 @@ def loss_placement(model: bert.Encoder, tokens: torch.Tensor, seed: int) -> tupl
     return loss.item(), by_hand.item()
 
 
-# -- the probe: which bracket was hidden? ---------------------------------------------------------
-
-BRACKETS = OPEN + CLOSE  # the probe's six classes, in this order
+# -- the probe: which joint symbol belongs here? ------------------------------------------------
 
 
-def cloze_set(
-    tokens: torch.Tensor, generator: torch.Generator | None = None
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """One bracket of each sequence of `tokens` (B, T), drawn uniformly, to be hidden: returns
-    (rows, columns, labels), each (B,), the label the bracket's index in `BRACKETS` (0-5)."""
+def joint_items(tokens: torch.Tensor, generator: torch.Generator | None = None):
+    """The probe's items from joint sequences `tokens` (B, T): returns (inputs, cols, labels).
+    One joint of each sequence is drawn uniformly: `cols` (B,) is its position, `labels` (B,)
+    its value (0-2), and `inputs` the sequences with it replaced by a joint symbol drawn
+    uniformly (the true one a third of the time): what every encoder reads, with no [MASK]."""
     b = checks.tensor("tokens", tokens, "(B, T)", dtype=torch.long)["B"]
-    length = torch.isin(tokens, torch.tensor(BRACKETS)).sum(1)
-    cols = 1 + (torch.rand(b, generator=generator) * length).long()  # after [CLS]
+    is_joint = torch.isin(tokens, torch.tensor(JOINT))
+    count = is_joint.sum(1)
+    if not (count >= 1).all():
+        raise ValueError("tokens must hold at least one joint symbol per sequence")
+    pick = (torch.rand(b, generator=generator) * count).long()  # which joint, 0..count-1
+    cols = ((is_joint.cumsum(1) == (pick + 1)[:, None]) & is_joint).long().argmax(1)
     rows = torch.arange(b)
-    labels = (tokens[rows, cols, None] == torch.tensor(BRACKETS)).long().argmax(-1)
-    return rows, cols, labels
+    labels = tokens[rows, cols] - JOINT[0]
+    inputs = tokens.clone()
+    inputs[rows, cols] = JOINT[0] + torch.randint(N_TYPES, (b,), generator=generator)
+    return inputs, cols, labels
 
 
-def cloze_features(encoders: dict, tokens: torch.Tensor, rows, cols) -> torch.Tensor:
-    """Frozen features for the hidden bracket at (rows, cols) of `tokens`, (N, D).
+def gap_features(encoders: dict, inputs: torch.Tensor, cols: torch.Tensor, *, mask=False):
+    """Frozen features for the joint at `cols` (B,) of `inputs` (B, T), (B, D).
 
     `encoders` holds what reads it: {"mlm": m} the bidirectional encoder's features at the
-    position, its input there [MASK]; {"ltr": m} the left-to-right LM's features one position
-    before (it has read everything left of the gap); {"rtl": m} the right-to-left LM's one
-    position after; {"ltr": a, "rtl": b} both side by side (ELMo's concatenation)."""
-    checks.tensor("tokens", tokens, "(B, T)", dtype=torch.long)
+    joint's position (its input there the symbol shown, or [MASK] with `mask=True`); {"ltr": m}
+    the left-to-right LM's features one position before (it has read everything left of the
+    joint); {"rtl": m} the right-to-left LM's one position after; {"ltr": a, "rtl": b} both
+    side by side (ELMo's concatenation)."""
+    checks.tensor("inputs", inputs, "(B, T)", dtype=torch.long)
+    rows = torch.arange(len(cols))
     parts = []
     with torch.no_grad():
         if "mlm" in encoders:
-            hidden = tokens.clone()
-            hidden[rows, cols] = bert.MASK
+            shown = inputs.clone()
+            if mask:
+                shown[rows, cols] = bert.MASK
             with training.evaluating(encoders["mlm"]):
-                parts.append(encoders["mlm"].features(hidden)[rows, cols])
+                parts.append(encoders["mlm"].features(shown)[rows, cols])
         if "ltr" in encoders:
             with training.evaluating(encoders["ltr"]):
-                parts.append(encoders["ltr"].features(tokens)[rows, cols - 1])
+                parts.append(encoders["ltr"].features(inputs)[rows, cols - 1])
         if "rtl" in encoders:
             with training.evaluating(encoders["rtl"]):
-                parts.append(bert.rtl_features(encoders["rtl"], tokens)[rows, cols + 1])
+                parts.append(bert.rtl_features(encoders["rtl"], inputs)[rows, cols + 1])
     return torch.cat(parts, -1)
 
 
-@dataclass
-class ProbeRun(training.Run):
-    """A linear probe (`model`, on standardised features), the History of its "val_accuracy",
-    and the standardisation fitted on its training features."""
-
-    standardize: data.Standardizer
-
-    def correct(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        """Whether each item's prediction is right, (N,) bool."""
-        with training.evaluating(self.model), torch.no_grad():
-            return self.model(self.standardize(x)).argmax(-1) == y
-
-    def accuracy(self, x: torch.Tensor, y: torch.Tensor) -> float:
-        return training.accuracy_of(self.model, self.standardize(x), y)
+def side_counts(inputs: torch.Tensor, cols: torch.Tensor) -> torch.Tensor:
+    """How many of each bracket lie left of the joint and how many right of it, (B, 12): the
+    features of the count-only rule, computed from the tokens alone (no encoder)."""
+    checks.tensor("inputs", inputs, "(B, T)", dtype=torch.long)
+    position = torch.arange(inputs.shape[1])[None]
+    one_hot = (inputs[..., None] == torch.tensor(BRACKETS)).float()  # (B, T, 6)
+    left = (one_hot * (position < cols[:, None])[..., None]).sum(1)
+    right = (one_hot * (position > cols[:, None])[..., None]).sum(1)
+    return torch.cat([left, right], -1)
 
 
-def train_probe(
-    train_x: torch.Tensor,
-    train_y: torch.Tensor,
-    val_x: torch.Tensor,
-    val_y: torch.Tensor,
-    *,
-    seed: int,
-    classes: int = 2,
-    steps: int = 100,
-    lr: float = 0.03,
-    weight_decay: float = 0.0,
-) -> ProbeRun:
-    """Logistic regression on frozen features: one linear layer to `classes` outputs,
-    full-batch Adam on cross-entropy (weight decay as an L2 penalty), the features standardised
-    with the training set's mean and deviation."""
-    d = checks.tensor("train_x", train_x, "(N, D)", dtype="floating")
-    checks.tensor("train_y", train_y, "(N,)", N=d["N"])
-    checks.tensor("val_x", val_x, "(M, D)", D=d["D"], dtype="floating")
-    checks.tensor("val_y", val_y, "(M,)", M=val_x.shape[0])
-    checks.integer("classes", classes, 2)
-    checks.number("weight_decay", weight_decay, 0.0)
-    standardize = data.Standardizer.fit(train_x, eps=1e-6)
-    x = standardize(train_x)
-    with training.seeded(seed):
-        probe = nn.Linear(d["D"], classes)
-    optimizer = torch.optim.Adam(probe.parameters(), lr=lr, weight_decay=weight_decay)
-    run = ProbeRun(probe, training.History(), standardize)
-    run.history = training.train_classifier(
-        probe,
-        train_y,
-        optimizer,
-        steps,
-        batches=itertools.repeat(torch.arange(d["N"])),  # full batch: every item, every update
-        logits_of=lambda index: probe(x[index]),
-        evaluate=lambda: {"val_accuracy": run.accuracy(val_x, val_y)},
-        eval_every=steps,
-        desc="probe",
-    )
-    return run
+def probe_head(width: int, classes: int, hidden: int) -> nn.Module:
+    """The head a probe trains: one linear layer (`hidden=0`, a linear probe) or a small MLP,
+    a hidden layer of `hidden` GELU units before the linear output (a non-linear combiner)."""
+    if hidden == 0:
+        return nn.Linear(width, classes)
+    return nn.Sequential(nn.Linear(width, hidden), nn.GELU(), nn.Linear(hidden, classes))
+
+
+class Heads(nn.Module):
+    """One probe head per weight decay of a grid, side by side: `forward(x)` stacks their
+    logits (G, N, classes). Every head starts from the same weights."""
+
+    def __init__(self, grid: int, width: int, classes: int, hidden: int, seed: int):
+        super().__init__()
+        heads = []
+        for _ in range(grid):
+            with training.seeded(seed):
+                heads.append(probe_head(width, classes, hidden))
+        self.heads = nn.ModuleList(heads)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.stack([head(x) for head in self.heads])
 
 
 @dataclass
 class Tuned:
-    """A probe tuned on validation: the validation accuracy at each weight decay of the grid,
-    the one chosen, and on the test items whether each was answered right (`correct`)."""
+    """Probes tuned on validation: per weight decay of the grid, the validation accuracy and the
+    training loss after each `eval_every` updates (`val_curve`, `loss_curve`, lists over
+    `steps`), the one chosen on the final validation accuracy (`choose`), and on the test
+    items whether the chosen probe answered each right (`correct`)."""
 
-    val_accuracy: dict[float, float]
+    steps: list[int]
+    val_curve: dict[float, list[float]]
+    loss_curve: dict[float, list[float]]
     chosen: float
     correct: torch.Tensor
+
+    @property
+    def val_accuracy(self) -> dict[float, float]:
+        return {wd: curve[-1] for wd, curve in self.val_curve.items()}
 
     @property
     def test_accuracy(self) -> float:
         return self.correct.float().mean().item()
 
 
+def choose(scores: dict, tolerance: float = 0.0) -> object:
+    """The grid value with the best score, where scores within `tolerance` of the best count as
+    tied; a tie goes to the value nearest the grid's middle (a flat stretch chooses no edge),
+    then to the earlier one."""
+    values = list(scores)
+    best = max(scores.values())
+    middle = (len(values) - 1) / 2
+    tied = [i for i, v in enumerate(values) if scores[v] >= best - tolerance]
+    return values[min(tied, key=lambda i: (abs(i - middle), i))]
+
+
 def tune_probe(
-    features: dict, labels: dict, weight_decays, *, seed: int, classes: int = len(BRACKETS)
+    features: dict,
+    labels: dict,
+    weight_decays,
+    *,
+    seed: int,
+    classes: int = N_TYPES,
+    hidden: int = 0,
+    steps: int = 300,
+    lr: float = 0.01,
+    eval_every: int = 100,
 ) -> Tuned:
-    """A probe per weight decay of the grid on features["train"], each scored on
-    features["validation"]; the best on validation (the first of a tie) answers
-    features["test"]."""
-    runs = {
-        wd: train_probe(
-            features["train"],
-            labels["train"],
-            features["validation"],
-            labels["validation"],
-            seed=seed,
-            classes=classes,
-            weight_decay=wd,
-        )
-        for wd in weight_decays
-    }
-    val = {wd: run.history.final("val_accuracy") for wd, run in runs.items()}
-    chosen = max(val, key=val.get)
-    return Tuned(val, chosen, runs[chosen].correct(features["test"], labels["test"]))
+    """A probe per weight decay of the grid on features["train"] (linear, or an MLP with
+    `hidden` units: `probe_head`), trained side by side by full-batch Adam on cross-entropy
+    (weight decay as an L2 penalty, one parameter group per head) on features standardised with
+    the training set's mean and deviation; each scored on features["validation"], and the best
+    on validation (`choose`, accuracies within 3 standard errors of the best counting as a tie)
+    answers features["test"]."""
+    d = checks.tensor("train features", features["train"], "(N, D)", dtype="floating")
+    checks.tensor("train labels", labels["train"], "(N,)", N=d["N"])
+    checks.integer("hidden", hidden, 0)
+    grid = [checks.number("weight_decay", wd, 0.0) for wd in weight_decays]
+    standardize = data.Standardizer.fit(features["train"], eps=1e-6)
+    x = {name: standardize(f) for name, f in features.items()}
+    model = Heads(len(grid), d["D"], classes, hidden, seed)
+    optimizer = torch.optim.Adam(
+        [
+            {"params": head.parameters(), "weight_decay": wd}
+            for head, wd in zip(model.heads, grid, strict=True)
+        ],
+        lr=lr,
+    )
+    y = labels["train"]
+    losses: list[torch.Tensor] = []
+
+    def update(i: int) -> torch.Tensor:
+        # each head's own mean cross-entropy; their sum leaves each head's gradient its own
+        each = torch.stack([F.cross_entropy(logits, y) for logits in model(x["train"])])
+        losses.append(each.detach())
+        return each.sum()
+
+    def evaluate() -> dict[str, float]:
+        right = (model(x["validation"]).argmax(-1) == labels["validation"]).float().mean(-1)
+        return {f"val {k}": right[k].item() for k in range(len(grid))} | {
+            f"loss {k}": losses[-1][k].item() for k in range(len(grid))
+        }
+
+    history = training.train(
+        model, optimizer, update, steps, evaluate=evaluate, eval_every=eval_every, desc="probe"
+    )
+    val = {wd: history[f"val {k}"] for k, wd in enumerate(grid)}
+    loss = {wd: history[f"loss {k}"] for k, wd in enumerate(grid)}
+    final = {wd: curve[-1] for wd, curve in val.items()}
+    # accuracies within 3 standard errors of the best on the validation items (the noise level
+    # of the chapter's bounds) are a tie
+    best = max(final.values())
+    chosen = choose(final, 3 * math.sqrt(best * (1 - best) / len(labels["validation"])))
+    with training.evaluating(model), torch.no_grad():
+        pick = model.heads[grid.index(chosen)]
+        correct = pick(x["test"]).argmax(-1) == labels["test"]
+    return Tuned(list(history.steps), val, loss, chosen, correct)
 
 
 def majority_accuracy(train_y: torch.Tensor, test_y: torch.Tensor) -> float:
@@ -438,8 +542,9 @@ def influence(
 ):
     """How much the features at position i move when the bracket at position j is replaced by
     another bracket: (T, T), entry (i, j) the mean over sequences of the change's norm, divided
-    by the mean norm of the features. `tokens` (B, T) should have no padding (see
-    `dyck_sequences(min_pairs=...)`); [CLS] and [SEP] are never replaced. A causal encoder has
+    by the mean norm of the features, over the sequences with a bracket at j (the joint symbol,
+    [CLS] and [SEP] are never replaced). `tokens` (B, T) should have no padding (see
+    `joint_sequences(min_pairs=...)`). A causal encoder has
     zeros above the diagonal (j > i); a bidirectional one need not. `backwards=True` reads a
     right-to-left encoder (`bert.rtl_features`): zeros below the diagonal."""
     b, t = checks.tensor("tokens", tokens, "(B, T)", dtype=torch.long).values()
@@ -453,14 +558,16 @@ def influence(
         base = features(tokens)
         scale = base.norm(dim=-1).mean()
         for j in range(t):
-            if not torch.isin(tokens[:, j], brackets).all():
+            rows = torch.isin(tokens[:, j], brackets)  # the sequences with a bracket at j
+            if not rows.any():
                 continue
             # another bracket, never the same one: a shift of 1-5 around the six
             shift = torch.randint(1, len(brackets), (b,), generator=generator)
             index = (tokens[:, j, None] == brackets).long().argmax(-1)
             changed = tokens.clone()
-            changed[:, j] = brackets[(index + shift) % len(brackets)]
-            out[:, j] = (features(changed) - base).norm(dim=-1).mean(0) / scale
+            changed[rows, j] = brackets[(index + shift) % len(brackets)][rows]
+            moved = (features(changed) - base).norm(dim=-1)
+            out[:, j] = moved[rows].mean(0) / scale
     return out
 
 
