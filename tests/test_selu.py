@@ -188,6 +188,8 @@ def test_moment_path_stops_once_the_iterates_leave():
     assert torch.allclose(stable, selu.iterate_moment_map(0.5, 2.0, 40))
     unstable = experiment.moment_path(0.5, 2.0, 200, omega=2.0)
     assert len(unstable) < 201 and unstable[-1, 0].abs() > 5
+    he = experiment.moment_path(0.0, 1.0, 200, tau=2.0)  # He's tau: a fixed point inside the box
+    assert torch.allclose(he[-1], selu.iterate_moment_map(0.0, 1.0, 200, tau=2.0)[-1])
 
 
 def test_iterates_converge_to_the_fixed_point():
@@ -499,17 +501,96 @@ def test_train_arm_rejects_mismatched_labels_and_no_rates():
         )
 
 
-def test_layer_gradient_norms_are_the_hidden_weights_gradients():
-    torch.manual_seed(0)
-    model = experiment.mlp(6, 3, depth=3, width=5, arm="relu_he_bn")
-    x, y = randn(40, 6, seed=1).float(), torch.arange(40) % 3
-    model.eval()
-    norms = experiment.layer_gradient_norms(model, x, y)
-    assert not model.training and all(p.grad is None for p in model.parameters())
-    model.train()
-    F.cross_entropy(model(x), y).backward()
-    hidden = [m for m in model if isinstance(m, torch.nn.Linear)][:-1]
-    assert torch.allclose(norms, torch.stack([m.weight.grad.norm() for m in hidden]))
+def test_validation_scores_give_a_diverged_rate_zero():
+    x = randn(200, 8, seed=2).float()
+    y = (x[:, 0] > 0).long()
+    run = experiment.train_arm(
+        x, y, x, y, arm="snn", learning_rates=(0.1, 1e4), seed=0, depth=3, width=8, steps=30
+    )
+    scores = run.validation_scores()
+    assert list(scores) == [0.1, 1e4] and scores[1e4] == 0.0
+    assert scores[0.1] == pytest.approx(run.val_accuracy()[0])
+    assert run.losses.shape == (30, 2) and torch.isfinite(run.losses[:, 0]).all()
+
+
+def test_loss_roughness_and_the_paired_standard_error():
+    losses = torch.tensor([1.0, math.e, 1.0, math.e**2])
+    assert experiment.loss_roughness(losses).tolist() == pytest.approx([1.0, 1.0, 2.0])
+    assert experiment.loss_roughness(losses, start=2).tolist() == pytest.approx([2.0])
+    a = torch.tensor([1.0, 0.0, 1.0, 1.0])
+    b = torch.tensor([0.0, 0.0, 1.0, 0.0])
+    # differences (1, 0, 0, 1): standard deviation 1/sqrt(3), over sqrt(4)
+    assert experiment.paired_standard_error(a, b) == pytest.approx(1 / math.sqrt(3) / 2)
+    with pytest.raises(ValueError, match="b must have shape"):
+        experiment.paired_standard_error(a, b[:3])
+
+
+def test_the_nulls_never_call_the_mechanism(monkeypatch):
+    # Patch every mechanism function a null could reach to fail: the nulls still run.
+    def broken(*args, **kwargs):
+        raise AssertionError("a null reached papernotes.selu")
+
+    for name in ("selu", "lecun_normal_", "alpha_dropout", "plain_dropout", "moment_map"):
+        monkeypatch.setattr(selu, name, broken)
+    for arm in ("relu_he", "elu_lecun", "selu_he", "relu_he_bn"):
+        experiment.mlp(8, 3, depth=2, width=4, arm=arm)(torch.zeros(2, 8))
+    for name in ("relu", "tanh", "elu", "torch_selu"):
+        experiment.forward_statistics(name, depth=2, width=8, n=4, dropout="dropout")
+        experiment.gradient_growth(name, depth=3, width=8)
+    experiment.forward_statistics("torch_selu", depth=2, width=8, n=4, dropout="zero_alpha_dropout")
+    experiment.quadrature_domain(selu.THEOREM_1_DOMAIN, alpha=1.0, lam=1.0, points=2)
+    with pytest.raises(AssertionError, match="a null reached"):
+        experiment.forward_statistics("selu", depth=2, width=8, n=4)
+
+
+def test_null_weights_and_dropouts_are_the_mechanisms_numbers():
+    ours = experiment.lecun_weights_(torch.empty(30, 40), generator=gen(1))
+    assert torch.equal(ours, selu.lecun_normal_(torch.empty(30, 40), generator=gen(1)))
+    x = selu.selu(randn(1000, seed=3))
+    saturation = -LAMBDA_01 * ALPHA_01
+    null = experiment.null_dropout(x, 0.2, saturation, gen(4))
+    assert torch.allclose(null, selu.alpha_dropout(x, 0.2, generator=gen(4)), atol=1e-12)
+    plain = experiment.null_dropout(x, 0.2, None, gen(4))
+    assert torch.allclose(plain, selu.plain_dropout(x, 0.2, generator=gen(4)), atol=1e-12)
+    assert experiment.TORCH_SATURATION == pytest.approx(saturation, abs=1e-12)
+    # the same weights for the mechanism's SELU and torch's: the statistics agree
+    a = experiment.forward_statistics("selu", depth=4, width=32, n=16, seed=2)
+    b = experiment.forward_statistics("torch_selu", depth=4, width=32, n=16, seed=2)
+    assert torch.allclose(a, b, atol=1e-5)
+
+
+def test_the_quadrature_moment_map_is_the_closed_form():
+    for point in [(0.0, 1.0, 0.0, 1.0), (0.3, 1.4, 0.8, 1.2), (-1.0, 16.0, 0.1, 1.25)]:
+        ours = torch.stack(experiment.quadrature_moments(*point, alpha=ALPHA_01, lam=LAMBDA_01))
+        closed = torch.stack(selu.moment_map(*point))
+        assert torch.allclose(ours, closed, atol=1e-10), point
+    elu = torch.stack(experiment.quadrature_moments(0.2, 1.5, 1.0, 1.0, alpha=1.0, lam=1.0))
+    assert torch.allclose(elu, torch.stack(selu.moment_map(0.2, 1.5, 1.0, 1.0, alpha=1, lam=1)))
+    jacobian = experiment.quadrature_jacobian(0.0, 1.0, alpha=ALPHA_01, lam=LAMBDA_01)
+    assert torch.allclose(jacobian, selu.moment_map_jacobian(0.0, 1.0), atol=1e-7)
+
+
+def test_the_variance_range_is_the_papers_on_theorem_ones_domain():
+    check = experiment.check_theorem_one(points=5)  # the extremes sit at the corners
+    low, high = check.papers_variance_range()
+    assert low == pytest.approx(0.80009, abs=1e-5) and high == pytest.approx(1.48617, abs=1e-5)
+    assert low < check.image_variance[0] and check.image_variance[1] < high
+    null = experiment.quadrature_domain(selu.THEOREM_1_DOMAIN, alpha=ALPHA_01, lam=LAMBDA_01)
+    assert null["papers_variance"] == pytest.approx((low, high), abs=1e-10)
+
+
+def test_theorems_two_and_three_on_coarse_grids():
+    assert experiment.variance_change_range(experiment.THEOREM_2_DOMAIN, points=5)[1] < 0
+    assert experiment.variance_change_range(experiment.THEOREM_3_DOMAIN, points=5)[0] > 0
+
+
+def test_gradient_growth_follows_the_mean_field():
+    selu_growth = experiment.gradient_growth("selu", depth=32, width=128, seed=1)
+    relu_growth = experiment.gradient_growth("relu", depth=32, width=128, init_scale=2.0, seed=1)
+    assert selu_growth.shape == (32,) and selu_growth[-1] == 1.0
+    predicted = experiment.chi_1() ** 31
+    assert 0.5 * predicted < selu_growth[0].item() < 2 * predicted
+    assert 0.3 < relu_growth[0].item() < 3  # ReLU at He's: chi_1 = 1
 
 
 def test_chi_1_matches_monte_carlo():
@@ -554,3 +635,12 @@ def test_layers_to_converge_finds_the_first_layer_within_the_tolerance():
     layer = experiment.layers_to_converge(converging)
     assert layer is not None and layer > 1
     assert (converging[layer] - torch.tensor([0.0, 1.0]).double()).abs().max() <= 1e-3
+
+
+def test_dropped_value_gap_places_the_dropped_units_among_the_kept():
+    x = selu.selu(randn(20_000, seed=13))
+    assert experiment.dropped_value_gap(selu.alpha_dropout(x, 0.1, generator=gen(14))) < 0
+    for drop_value in (0.0, LAMBDA_01 * ALPHA_01):
+        y = experiment.null_dropout(x, 0.1, drop_value, gen(14))
+        assert experiment.dropped_value_gap(y) > 0
+    assert experiment.dropped_value_gap(torch.tensor([3.0, 1.0, 1.0, 2.0])) == -1.0

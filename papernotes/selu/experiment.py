@@ -8,6 +8,13 @@ with LeCun's initialisation, SELU with He's, and a ReLU network with batch norma
 SELU, LeCun-normal weights and alpha-dropout are the mechanism's (`papernotes.selu`), looked up
 at call time so that a broken variant patched into that module is the one these run. The batch
 normalization is the book's (`papernotes.batch_norm`).
+
+The nulls (the networks and maps without the paper's idea that the claims compare against) run
+on this module's own code, which never calls `papernotes.selu`: torch's activations (its own
+SELU among them), LeCun-normal weights drawn here (`lecun_weights_`), plain dropout and
+alpha-dropout with another drop value written here (`null_dropout`), and moment maps by
+numerical integration (`quadrature_moments`) instead of the mechanism's closed form. A broken
+mechanism therefore moves the paper's arm and never its nulls.
 """
 
 from __future__ import annotations
@@ -16,6 +23,7 @@ import copy
 import math
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -28,18 +36,71 @@ from papernotes.data import minibatches
 INPUTS, WEIGHTS, NOISE, BATCHES = 0, 1, 2, 3
 
 
+# -- the nulls' own code ----------------------------------------------------------------------
+
+
+def lecun_weights_(tensor: torch.Tensor, *, generator: torch.Generator | None = None):
+    """LeCun-normal weights, N(0, 1/fan-in), drawn by this module's own code for the nulls:
+    from the same generator they are the very numbers `selu.lecun_normal_` draws, but a broken
+    mechanism's initialisation does not reach them."""
+    fan_in = tensor[0].numel()
+    with torch.no_grad():
+        return tensor.normal_(0.0, math.sqrt(1.0 / fan_in), generator=generator)
+
+
+def null_dropout(
+    x: torch.Tensor, p: float, drop_value: float | None, generator: torch.Generator
+) -> torch.Tensor:
+    r"""The nulls' dropouts, written apart from the mechanism: `drop_value=None` is plain
+    (inverted) dropout, $x d / q$; a number $v$ is alpha-dropout's affine form with that drop
+    value, $a(x d + v(1 - d)) + b$, with (a, b) solved here from the two moment conditions for
+    inputs of mean 0 and variance 1 (mean $a(1 - q)v + b = 0$, variance
+    $a^2(q + v^2 q(1 - q)) = 1$); $d \sim$ Bernoulli(q), $q = 1 - p$."""
+    q = 1.0 - p
+    keep = torch.empty_like(x).bernoulli_(q, generator=generator)
+    if drop_value is None:
+        return x * keep / q
+    a = 1.0 / math.sqrt(q + drop_value**2 * q * (1.0 - q))
+    b = -a * (1.0 - q) * drop_value
+    return a * (x * keep + drop_value * (1 - keep)) + b
+
+
+# Torch's own SELU constants, for the nulls: lambda = selu(1), the saturation value -lambda alpha.
+TORCH_LAMBDA = F.selu(torch.tensor(1.0, dtype=torch.float64)).item()
+TORCH_SATURATION = F.selu(torch.tensor(-100.0, dtype=torch.float64)).item()
+TORCH_ALPHA = -TORCH_SATURATION / TORCH_LAMBDA
+
+
 # -- statistics of deep random networks -------------------------------------------------------
 
+# "selu" is the mechanism's activation on the mechanism's LeCun-normal weights; the others,
+# torch's activations ("torch_selu": torch's SELU) on `lecun_weights_`, are the nulls.
 ACTIVATIONS = ("selu", "relu", "tanh", "elu")
+NULL_ACTIVATIONS = {"relu": F.relu, "tanh": torch.tanh, "elu": F.elu, "torch_selu": F.selu}
 # "zero_alpha_dropout": alpha-dropout's affine correction with the drop value alpha' = 0 instead
-# of the saturation value, the ablation of alpha' (it too restores mean 0 and variance 1).
+# of the saturation value, the ablation of alpha' (it too restores mean 0 and variance 1). Only
+# "alpha_dropout" is the mechanism's; the other two are `null_dropout`.
 DROPOUTS = ("none", "dropout", "alpha_dropout", "zero_alpha_dropout")
 
 
 def activation(name: str):
     """The activation function of that name (SELU is this module's, read when called)."""
-    checks.one_of("activation", name, ACTIVATIONS)
-    return {"selu": selu.selu, "relu": F.relu, "tanh": torch.tanh, "elu": F.elu}[name]
+    checks.one_of("activation", name, (*ACTIVATIONS, "torch_selu"))
+    return selu.selu if name == "selu" else NULL_ACTIVATIONS[name]
+
+
+def _random_layers(name: str, width: int, init_scale: float, seed: int):
+    """The activation and a function that draws each next weight matrix, from stream WEIGHTS
+    of `seed`: the mechanism's for "selu", the nulls' own for the others."""
+    f = activation(name)
+    weights = training.generator(seed, WEIGHTS)
+    draw = selu.lecun_normal_ if name == "selu" else lecun_weights_
+    scale = math.sqrt(init_scale)
+
+    def next_weight() -> torch.Tensor:
+        return draw(torch.empty(width, width), generator=weights) * scale
+
+    return f, next_weight
 
 
 def forward_statistics(
@@ -60,10 +121,10 @@ def forward_statistics(
     `depth` layers $x \mapsto f(W x)$, no biases, $W$ LeCun-normal times
     $\sqrt{\text{init\_scale}}$ (so $\mathbb E[\tau]$ = `init_scale`), with `dropout`
     ("dropout", "alpha_dropout" or "zero_alpha_dropout", rate `p`) after each activation.
-    Returns (depth, 2): per layer the mean and the variance over all units and inputs.
-    Everything random follows `seed`; the weights do not depend on the inputs' variance.
+    `name` is one of `ACTIVATIONS` or "torch_selu" (torch's SELU, a null's). Returns (depth, 2):
+    per layer the mean and the variance over all units and inputs. Everything random follows
+    `seed`; the weights do not depend on the inputs' variance or the activation.
     """
-    f = activation(name)
     depth, width, n = (
         checks.integer(k, v) for k, v in (("depth", depth), ("width", width), ("n", n))
     )
@@ -72,21 +133,48 @@ def forward_statistics(
     checks.one_of("dropout", dropout, DROPOUTS)
     if dropout != "none":
         checks.number("p", p, 0.0, 1.0, high_open=True)
-    weights, noise = training.generator(seed, WEIGHTS), training.generator(seed, NOISE)
+    f, next_weight = _random_layers(name, width, init_scale, seed)
+    noise = training.generator(seed, NOISE)
     x = torch.randn(n, width, generator=training.generator(seed, INPUTS)) * input_variance**0.5
     stats = torch.empty(depth, 2)
-    w = torch.empty(width, width)
     for layer in range(depth):
-        selu.lecun_normal_(w, generator=weights)
-        x = f(x @ (w * math.sqrt(init_scale)).T)
+        x = f(x @ next_weight().T)
         if dropout == "dropout":
-            x = selu.plain_dropout(x, p, generator=noise)
+            x = null_dropout(x, p, None, noise)
         elif dropout == "alpha_dropout":
             x = selu.alpha_dropout(x, p, generator=noise)
         elif dropout == "zero_alpha_dropout":
-            x = selu.alpha_dropout(x, p, generator=noise, saturation=0.0)
+            x = null_dropout(x, p, 0.0, noise)
         stats[layer] = torch.stack([x.mean(), x.var()])
     return stats
+
+
+def gradient_growth(
+    name: str, *, depth: int = 128, width: int = 128, init_scale: float = 1.0, seed: int = 0
+) -> torch.Tensor:
+    r"""The squared norm of a gradient at each layer of a deep random network, first layer
+    first, as a multiple of the last layer's: (depth,).
+
+    `width` inputs from $\mathcal N(0, 1)$ pass through `depth` layers as in
+    `forward_statistics` (the same weights for the same `seed`); a random gradient
+    $r \sim \mathcal N(0, 1)$ (stream NOISE) on the last activations is backpropagated, and
+    entry $l$ is $\|\partial (r \cdot x_L) / \partial z_l\|^2$ over all inputs and units, $z_l$
+    layer $l$'s pre-activations. The mean field predicts a factor
+    $\chi_1 = \tau\,\mathbb E[f'(z)^2]$ per layer, backwards."""
+    depth, width = checks.integer("depth", depth), checks.integer("width", width)
+    init_scale = checks.number("init_scale", init_scale, 0.0, low_open=True)
+    f, next_weight = _random_layers(name, width, init_scale, seed)
+    x = torch.randn(width, width, generator=training.generator(seed, INPUTS))
+    pre = []
+    with torch.enable_grad():
+        for _ in range(depth):
+            z = (x @ next_weight().T).requires_grad_()
+            pre.append(z)
+            x = f(z)
+        r = torch.randn(x.shape, generator=training.generator(seed, NOISE))
+        grads = torch.autograd.grad((x * r).sum(), pre)
+    squared = torch.stack([g.double().square().sum() for g in grads])
+    return squared / squared[-1]
 
 
 def fraction_in_theorem_domain(weight: torch.Tensor) -> float:
@@ -106,48 +194,139 @@ def fraction_in_theorem_domain(weight: torch.Tensor) -> float:
 class DomainCheck:
     """Theorem 1's two conditions on a grid of its domain: the box that g's image spans (its
     mean and variance ranges), and the largest spectral norm of g's Jacobian, with where it is
-    (mu, omega, nu, tau)."""
+    (mu, omega, nu, tau); and, for the paper's own bound on the variance, the range of the
+    second moment xi~ = nu~ + mu~^2 and the largest mu~^2."""
 
     points: int
     image_mean: tuple[float, float]
     image_variance: tuple[float, float]
     largest_norm: float
     where: tuple[float, float, float, float]
+    second_moment: tuple[float, float] = (float("nan"), float("nan"))
+    largest_squared_mean: float = float("nan")
 
     def excursion(self) -> float:
         """How far g's image reaches beyond the (mu, nu) box of the domain: negative when the
         image lies inside it (by that much, at the closest side)."""
-        (mu_low, mu_high), (nu_low, nu_high) = (
-            selu.THEOREM_1_DOMAIN["mu"],
-            selu.THEOREM_1_DOMAIN["nu"],
-        )
-        return max(
-            mu_low - self.image_mean[0],
-            self.image_mean[1] - mu_high,
-            nu_low - self.image_variance[0],
-            self.image_variance[1] - nu_high,
-        )
+        return box_excursion(self.image_mean, self.image_variance)
+
+    def papers_variance_range(self) -> tuple[float, float]:
+        """The variance range the way the paper bounds it: nu~ = xi~ - mu~^2 lies between
+        min xi~ - max mu~^2 and max xi~."""
+        return (self.second_moment[0] - self.largest_squared_mean, self.second_moment[1])
+
+
+def box_excursion(mean_range, variance_range) -> float:
+    """How far a (mean, variance) range reaches beyond Theorem 1's (mu, nu) box: negative when
+    it lies inside (by that much, at the closest side)."""
+    (mu_low, mu_high), (nu_low, nu_high) = (
+        selu.THEOREM_1_DOMAIN["mu"],
+        selu.THEOREM_1_DOMAIN["nu"],
+    )
+    return max(
+        mu_low - mean_range[0],
+        mean_range[1] - mu_high,
+        nu_low - variance_range[0],
+        variance_range[1] - nu_high,
+    )
+
+
+def domain_grid(domain: dict, points: int) -> list[torch.Tensor]:
+    """`points` evenly spaced values of each of mu, omega, nu and tau over `domain` (a dict of
+    (low, high) like `selu.THEOREM_1_DOMAIN`), every combination: four float64 vectors."""
+    points = checks.integer("points", points, 2)
+    axes = [
+        torch.linspace(*domain[k], points, dtype=torch.float64)
+        for k in ("mu", "omega", "nu", "tau")
+    ]
+    return [g.reshape(-1) for g in torch.meshgrid(*axes, indexing="ij")]
 
 
 def check_theorem_one(points: int = 21) -> DomainCheck:
     """Evaluate g and its Jacobian at `points` evenly spaced values of each of mu, omega, nu and
-    tau over Theorem 1's domain (points**4 points, the corners included), in float64."""
-    points = checks.integer("points", points, 2)
-    axes = [
-        torch.linspace(*selu.THEOREM_1_DOMAIN[k], points, dtype=torch.float64)
-        for k in ("mu", "omega", "nu", "tau")
-    ]
-    mu, omega, nu, tau = (g.reshape(-1) for g in torch.meshgrid(*axes, indexing="ij"))
+    tau over Theorem 1's domain (points**4 points, the corners included), in float64: the
+    mechanism's moment map, Jacobian and spectral norm."""
+    mu, omega, nu, tau = domain_grid(selu.THEOREM_1_DOMAIN, points)
     mean, variance = selu.moment_map(mu, nu, omega, tau)
-    norms = torch.linalg.matrix_norm(selu.moment_map_jacobian(mu, nu, omega, tau), ord=2)
-    i = int(norms.argmax())
+    jacobians = selu.moment_map_jacobian(mu, nu, omega, tau)
+    i = int(torch.linalg.matrix_norm(jacobians, ord=2).argmax())
+    second = variance + mean**2
     return DomainCheck(
         points=points,
         image_mean=(mean.min().item(), mean.max().item()),
         image_variance=(variance.min().item(), variance.max().item()),
-        largest_norm=norms[i].item(),
+        largest_norm=selu.spectral_norm(jacobians),
         where=(mu[i].item(), omega[i].item(), nu[i].item(), tau[i].item()),
+        second_moment=(second.min().item(), second.max().item()),
+        largest_squared_mean=mean.square().max().item(),
     )
+
+
+def variance_change_range(domain: dict, points: int = 11) -> tuple[float, float]:
+    """(smallest, largest) of nu~ - nu, the mechanism's map, on a grid of `domain` (Theorems 2
+    and 3 say its sign: below 0 on their large-variance domain, above on their small one)."""
+    mu, omega, nu, tau = domain_grid(domain, points)
+    change = selu.moment_map(mu, nu, omega, tau)[1] - nu
+    return change.min().item(), change.max().item()
+
+
+# Theorems 2 and 3's domains: for large variances nu~ < nu (decreasing), for small ones nu~ > nu.
+THEOREM_2_DOMAIN = {"mu": (-1.0, 1.0), "omega": (-0.1, 0.1), "nu": (3.0, 16.0), "tau": (0.8, 1.25)}
+THEOREM_3_DOMAIN = {"mu": (-0.1, 0.1), "omega": (-0.1, 0.1), "nu": (0.02, 0.16), "tau": (0.8, 1.25)}
+
+
+# -- the nulls' moment maps, by numerical integration -------------------------------------------
+
+_LEGENDRE = np.polynomial.legendre.leggauss(96)
+
+
+def quadrature_moments(mu, nu, omega, tau, *, alpha: float, lam: float):
+    r"""Mean and variance of $\lambda\,\mathrm{elu}_\alpha(z)$, $z \sim \mathcal N(\mu\omega,
+    \nu\tau)$, by Gauss-Legendre quadrature (96 nodes on each side of the kink at $z = 0$,
+    the Gaussian cut at 12 standard deviations), with torch's ELU: the nulls' moment map,
+    written apart from the mechanism's closed form. Arguments broadcast; float64 out."""
+    mu, nu, omega, tau = (torch.as_tensor(v, dtype=torch.float64) for v in (mu, nu, omega, tau))
+    m, s = mu * omega, torch.sqrt(nu * tau)
+    kink = (-m / s).clamp(-12.0, 12.0).unsqueeze(-1)
+    x, w = (torch.tensor(a, dtype=torch.float64) for a in _LEGENDRE)
+    first = second = 0.0
+    for low, high in ((torch.full_like(kink, -12.0), kink), (kink, torch.full_like(kink, 12.0))):
+        t = low + (high - low) * (x + 1) / 2
+        weight = (high - low) / 2 * w * torch.exp(-(t**2) / 2) / math.sqrt(2 * math.pi)
+        y = lam * F.elu(m.unsqueeze(-1) + s.unsqueeze(-1) * t, alpha=alpha)
+        first = first + (weight * y).sum(-1)
+        second = second + (weight * y**2).sum(-1)
+    return first, second - first**2
+
+
+def quadrature_jacobian(mu: float, nu: float, *, alpha: float, lam: float, h: float = 1e-5):
+    """The 2x2 Jacobian of `quadrature_moments` (omega = 0, tau = 1) at (mu, nu) by central
+    differences: rows (mean, variance), columns (mu, nu)."""
+    columns = []
+    for dmu, dnu in ((h, 0.0), (0.0, h)):
+        plus = torch.stack(quadrature_moments(mu + dmu, nu + dnu, 0.0, 1.0, alpha=alpha, lam=lam))
+        minus = torch.stack(quadrature_moments(mu - dmu, nu - dnu, 0.0, 1.0, alpha=alpha, lam=lam))
+        columns.append((plus - minus) / (2 * h))
+    return torch.stack(columns, -1)
+
+
+def quadrature_domain(domain: dict, *, alpha: float, lam: float, points: int = 5, tau_scale=1.0):
+    """A null's moment map on a grid of `domain` (tau multiplied by `tau_scale`): its image's
+    mean and variance ranges, the paper-style variance range (min xi~ - max mu~^2, max xi~),
+    and the range of nu~ - nu, as a dict."""
+    mu, omega, nu, tau = domain_grid(domain, points)
+    mean, variance = quadrature_moments(mu, nu, omega, tau * tau_scale, alpha=alpha, lam=lam)
+    second = variance + mean**2
+    change = variance - nu
+    return {
+        "mean": (mean.min().item(), mean.max().item()),
+        "variance": (variance.min().item(), variance.max().item()),
+        "papers_variance": (
+            second.min().item() - mean.square().max().item(),
+            second.max().item(),
+        ),
+        "change": (change.min().item(), change.max().item()),
+    }
 
 
 def stability_at_fixed_point(omega: float = 0.0) -> tuple[float, float]:
@@ -161,14 +340,19 @@ def stability_at_fixed_point(omega: float = 0.0) -> tuple[float, float]:
 
 
 def moment_path(
-    mu: float, nu: float, steps: int, omega: float = 0.0, lam: float | None = None
+    mu: float,
+    nu: float,
+    steps: int,
+    omega: float = 0.0,
+    lam: float | None = None,
+    tau: float = 1.0,
 ) -> torch.Tensor:
-    """`selu.iterate_moment_map` (tau = 1) that stops early once the iterates leave the box
+    """`selu.iterate_moment_map` that stops early once the iterates leave the box
     |mean| <= 5, 0 < variance <= 20, where an unstable map sends them: (layers + 1, 2)."""
     steps = checks.integer("steps", steps, 0)
     path = [torch.tensor([mu, nu], dtype=torch.float64)]
     for _ in range(steps):
-        point = selu.iterate_moment_map(path[-1][0], path[-1][1], 1, omega, lam=lam)[-1]
+        point = selu.iterate_moment_map(path[-1][0], path[-1][1], 1, omega, tau, lam=lam)[-1]
         path.append(point)
         if point[0].abs() > 5 or not 0 < point[1] <= 20:
             break
@@ -190,12 +374,14 @@ def chi_1(tau: float = 1.0, nu: float = 1.0) -> float:
 
 # -- deep classifiers: the SNN, the ReLU network, and the ablations of self-normalisation -------
 
-# name: (activation, initialisation, batch normalization after each hidden linear layer)
+# name: (activation, initialisation, batch normalization after each hidden linear layer). Only
+# "snn" runs the mechanism (its SELU, its LeCun-normal weights); the others are the nulls, on
+# torch's activations (torch's own SELU for "selu_he") and weights drawn by this module.
 ARMS = {
     "snn": ("selu", "lecun", False),
     "relu_he": ("relu", "he", False),
     "elu_lecun": ("elu", "lecun", False),
-    "selu_he": ("selu", "he", False),
+    "selu_he": ("torch_selu", "he", False),
     "relu_he_bn": ("relu", "he", True),
 }
 ARM_NAMES = {
@@ -205,7 +391,7 @@ ARM_NAMES = {
     "selu_he": "SELU, He",
     "relu_he_bn": "ReLU, He, batch norm",
 }
-_MODULES = {"selu": lambda: selu.SELU(), "relu": nn.ReLU, "elu": nn.ELU}
+_MODULES = {"selu": lambda: selu.SELU(), "torch_selu": nn.SELU, "relu": nn.ReLU, "elu": nn.ELU}
 
 
 def mlp(n_in: int, n_out: int, *, depth: int, width: int, arm: str = "snn") -> nn.Sequential:
@@ -213,8 +399,10 @@ def mlp(n_in: int, n_out: int, *, depth: int, width: int, arm: str = "snn") -> n
     `ARMS`: its activation, its initialisation of the hidden layers (LeCun-normal, variance
     1/n, or He-normal, 2/n, the one made for ReLU) and, for "relu_he_bn", the book's batch
     normalization (`papernotes.batch_norm.BatchNorm`) between each hidden linear layer and its
-    activation. The output layer is LeCun-normal in every arm. The weights are drawn from
-    torch's global generator, layer by layer (`training.seeded` around the call)."""
+    activation. The output layer is LeCun-normal in every arm: the mechanism's
+    `selu.lecun_normal_` in the SNN, `lecun_weights_` in the nulls (the same numbers). The
+    weights are drawn from torch's global generator, layer by layer (`training.seeded` around
+    the call)."""
     n_in, n_out, depth, width = (
         checks.integer(k, v)
         for k, v in (("n_in", n_in), ("n_out", n_out), ("depth", depth), ("width", width))
@@ -223,8 +411,10 @@ def mlp(n_in: int, n_out: int, *, depth: int, width: int, arm: str = "snn") -> n
     name, initialisation, normalised = ARMS[arm]
 
     def init(linear: nn.Linear, is_output: bool) -> None:
-        if initialisation == "lecun" or is_output:
+        if arm == "snn":
             selu.lecun_normal_(linear.weight)
+        elif initialisation == "lecun" or is_output:
+            lecun_weights_(linear.weight)
         else:
             nn.init.kaiming_normal_(linear.weight, nonlinearity="relu")
         nn.init.zeros_(linear.bias)
@@ -328,16 +518,28 @@ def _repeat(parameter: torch.Tensor, members: int) -> torch.Tensor:
 @dataclass
 class ArmRun(training.Run):
     """One arm trained at every learning rate of a grid: the model (an `Ensemble`, member k at
-    `learning_rates[k]`), its History ("val_accuracy/<k>" per member), and the update at which
-    each member's loss stopped being finite (None: it never did)."""
+    `learning_rates[k]`), its History ("val_accuracy/<k>" per member), the update at which
+    each member's loss stopped being finite (None: it never did), and every update's training
+    loss on its minibatch, (updates, members)."""
 
     arm: str
     learning_rates: tuple[float, ...]
     diverged_at: list[int | None]
+    losses: torch.Tensor
 
     def val_accuracy(self) -> list[float]:
         """Each member's validation accuracy after the last update."""
         return [self.history.final(f"val_accuracy/{k}") for k in range(len(self.learning_rates))]
+
+    def validation_scores(self) -> dict[float, float]:
+        """Each learning rate to its member's final validation accuracy, 0 for a member whose
+        loss stopped being finite (for `pn.Arm.best`)."""
+        return {
+            rate: 0.0 if step is not None else score
+            for rate, score, step in zip(
+                self.learning_rates, self.val_accuracy(), self.diverged_at, strict=True
+            )
+        }
 
     def chosen(self) -> int:
         """The member with the best final validation accuracy among those that did not
@@ -387,6 +589,7 @@ def train_arm(
     weights = torch.tensor(rates)
     alive = torch.ones(len(rates), dtype=torch.bool)
     diverged_at: list[int | None] = [None] * len(rates)
+    recorded: list[torch.Tensor] = []
     batches = minibatches(d["N"], batch_size, training.generator(seed, BATCHES))
 
     def loss_of_update(i: int) -> torch.Tensor:
@@ -396,6 +599,7 @@ def train_arm(
         losses = F.cross_entropy(
             logits.transpose(1, 2), train_y[index].expand(len(rates), -1), reduction="none"
         ).mean(1)
+        recorded.append(losses.detach().clone())
         finite = torch.isfinite(losses.detach())
         for k in torch.nonzero(alive & ~finite).flatten().tolist():
             diverged_at[k] = i
@@ -418,23 +622,27 @@ def train_arm(
         eval_every=eval_every,
         desc=ARM_NAMES[arm],
     )
-    return ArmRun(ensemble, history, arm, rates, diverged_at)
+    return ArmRun(ensemble, history, arm, rates, diverged_at, torch.stack(recorded))
 
 
-def layer_gradient_norms(model: nn.Sequential, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    """The Frobenius norm of the cross-entropy's gradient with respect to each hidden linear
-    layer's weight (the output layer left out), first layer first, on the batch (x, y) in train
-    mode (batch norm on the batch's statistics). The model's gradients are left as they were."""
-    checks.tensor("x", x, "(N, D)", dtype="floating")
-    checks.tensor("y", y, "(N,)", N=x.shape[0])
-    linears = [m for m in model if isinstance(m, nn.Linear)][:-1]
-    was_training = model.training
-    model.train()
-    grads = torch.autograd.grad(
-        F.cross_entropy(model(x), y), [m.weight for m in linears], allow_unused=False
-    )
-    model.train(was_training)
-    return torch.stack([g.norm() for g in grads])
+def loss_roughness(losses: torch.Tensor, start: int = 0) -> torch.Tensor:
+    r"""How much a training curve jumps from update to update: the absolute change of the log
+    training loss between consecutive updates, $|\ln L_{t+1} - \ln L_t|$, for the updates
+    from `start` on: (updates - start - 1,) for a curve (updates,). Its mean is the curve's
+    roughness; two curves on the same minibatches compare update by update."""
+    checks.tensor("losses", losses, "(T,)", dtype="floating")
+    start = checks.integer("start", start, 0)
+    return losses[start:].log().diff().abs()
+
+
+def paired_standard_error(a: torch.Tensor, b: torch.Tensor) -> float:
+    """The standard error of mean(a) - mean(b) for paired measurements (a[i] and b[i] of the
+    same test image, the same update): the standard deviation of the differences over
+    sqrt(n)."""
+    checks.tensor("a", a, "(N,)")
+    checks.tensor("b", b, "(N,)", N=a.shape[0])
+    differences = a.double() - b.double()
+    return (differences.std() / math.sqrt(len(differences))).item()
 
 
 # -- measuring the claims -------------------------------------------------------------------------
@@ -443,6 +651,16 @@ def layer_gradient_norms(model: nn.Sequential, x: torch.Tensor, y: torch.Tensor)
 def distance_from_fixed_point(mean, variance) -> float:
     """How far a (mean, variance) pair is from (0, 1): max(|mean|, |variance - 1|)."""
     return max(abs(float(mean)), abs(float(variance) - 1.0))
+
+
+def dropped_value_gap(dropped: torch.Tensor) -> float:
+    """Where a dropout's dropped units land among the kept ones: the most frequent value of
+    `dropped` (the value every dropped unit shares) minus the lowest of the other values;
+    negative when every kept unit lies above the dropped ones."""
+    checks.tensor("dropped", dropped, "(N,)", dtype="floating")
+    values, counts = torch.unique(dropped, return_counts=True)
+    atom = values[counts.argmax()]
+    return (atom - dropped[dropped != atom].min()).item()
 
 
 def moved_from_fixed_point(x: torch.Tensor) -> float:

@@ -1,7 +1,7 @@
 """Broken variants of the self-normalizing network's mechanism (papernotes.selu).
 
 Each function patches the module in place; the chapter, run with the patch, must stop on its
-claim check. The module's functions read `ALPHA`, `LAMBDA`, `lecun_normal_`,
+claim check. The module's functions read `ALPHA`, `LAMBDA`, `_moments`, `lecun_normal_`,
 `alpha_dropout_affine` and `alpha_dropout` from its globals when called, and the experiment
 (`papernotes.selu.experiment`) looks them up on the module, so the activation, the moment map,
 the random networks and the trained SNN all see the patch.
@@ -68,6 +68,29 @@ def dropped_units_at_zero():
     m.alpha_dropout = alpha_dropout
 
 
+def variance_is_the_second_moment():
+    """The moment map returns the second moment xi~ = E[y^2] as the variance, without
+    subtracting mu~^2 (nu~ = xi~ - mu~^2 is the step it skips)."""
+    original = m._moments
+
+    def _moments(mu, nu, omega, tau, alpha, lam):
+        mean, variance = original(mu, nu, omega, tau, alpha, lam)
+        return mean, variance + mean**2
+
+    m._moments = _moments
+
+
+def drop_value_of_the_wrong_sign():
+    """Alpha-dropout drops to +lambda alpha instead of -lambda alpha (a and b depend only on
+    alpha'^2, so the moments after one layer still come out as 0 and 1)."""
+    original = m.alpha_dropout
+
+    def alpha_dropout(x, p, training=True, generator=None, saturation=None):
+        return original(x, p, training=training, generator=generator, saturation=m.LAMBDA * m.ALPHA)
+
+    m.alpha_dropout = alpha_dropout
+
+
 MUTANTS = [
     he_initialisation,
     drop_rate_where_the_keep_probability_belongs,
@@ -75,4 +98,6 @@ MUTANTS = [
     alpha_of_an_elu,
     plain_dropout_for_alpha_dropout,
     dropped_units_at_zero,
+    variance_is_the_second_moment,
+    drop_value_of_the_wrong_sign,
 ]
