@@ -688,3 +688,41 @@ def test_reversed_stories_point_every_edge_the_other_way_and_keep_the_rest():
             selector(annotation.double(), edge_index, edge_type),
             selector(annotation.double(), flipped, edge_type),
         )
+
+
+# -- the cost of a sequence output, counted -------------------------------------------------------
+
+
+def test_multiply_adds_count_a_linear_layer_forward_and_backward():
+    # y = W x on a batch of 5: 5 * 3 * 4 multiply-adds forward; backward the gradient of W
+    # (the same count); the input needs no gradient, so nothing more
+    layer = torch.nn.Linear(4, 3, bias=False)
+    x = torch.randn(5, 4, generator=gen(1))
+    assert experiment.multiply_adds(lambda: layer(x).sum()) == 2 * 5 * 3 * 4
+
+
+def test_a_ggsnn_update_counts_one_propagation_per_output_step_and_grows_with_the_rounds():
+    sizes = {"graphs": 2, "nodes": 5, "steps": 3, "hidden_size": 6, "annotation_size": 2}
+    one = experiment.ggsnn_update_multiply_adds(output_steps=1, **sizes)
+    assert one > 0
+    assert experiment.ggsnn_update_multiply_adds(output_steps=4, **sizes) == 4 * one
+    more_rounds = experiment.ggsnn_update_multiply_adds(output_steps=1, **{**sizes, "steps": 6})
+    assert one < more_rounds < 2 * one + 1  # twice the rounds, one output network
+    edge_index, edge_type, batch = experiment.ring_graphs(2, 5)
+    assert edge_index.shape == (2, 20) and torch.equal(edge_type, torch.zeros(20).long())
+    assert set(edge_index[:, batch[edge_index[0]] == 1].flatten().tolist()) == set(range(5, 10))
+    assert torch.equal(torch.bincount(edge_index[0]), torch.full((10,), 2))  # a ring, both ways
+
+
+def test_the_cost_of_a_run_is_its_updates_times_one_update():
+    task = experiment.deduction_task(6, 0, 1)
+    rounds, madds = experiment.run_cost(task, steps=3, stories=4, updates=10)
+    with seeded(0):
+        model = ggnn.NodeSelector(1, 16, len(experiment.EDGE_TYPES), 3)
+    one = experiment.update_multiply_adds(model, task, 4, ggnn.per_graph_log_softmax)
+    assert (rounds, madds) == (30, 10 * one)
+    # the ablation with the gradient through the last round only costs less backward
+    _, truncated = experiment.run_cost(task, steps=3, stories=4, updates=10, every_round=False)
+    assert truncated < madds
+    with pytest.raises(ValueError, match="batch_size"):
+        experiment.update_multiply_adds(model, task, 7, ggnn.per_graph_log_softmax)

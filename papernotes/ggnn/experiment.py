@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 import torch
 from torch import nn
+from torch.utils.flop_counter import FlopCounterMode
 
 from papernotes import checks, ggnn, training
 from papernotes.data import minibatches
@@ -565,3 +566,88 @@ def names_a_species(model: nn.Module, task: Deduction) -> float:
     with training.evaluating(model):
         guess = model(task.tokens).argmax(1, keepdim=True)
     return (task.symbols[:, N_ENTITIES:] == guess).any(1).float().mean().item()
+
+
+# -- What a sequence output would cost: multiply-adds of one training update ------------------
+
+
+def multiply_adds(loss_of) -> int:
+    """The multiply-adds of one training update's forward and backward pass, `loss_of()`
+    returning the scalar loss: the matrix products torch's FLOP counter sees (two FLOPs a
+    multiply-add), a count that is the same on every CPU; element-wise work (gates, softmax,
+    index sums) is left out."""
+    with FlopCounterMode(display=False) as counter:
+        loss_of().backward()
+    return counter.get_total_flops() // 2
+
+
+def update_multiply_adds(model: nn.Module, task: Deduction, batch_size: int, log_softmax) -> int:
+    """Multiply-adds of one training update of a node-selecting model (train_node_selector's
+    loss) on the first `batch_size` stories of the task (its backward pass fills the model's
+    gradients: give it a network of the run's shape, not a trained one)."""
+    batch_size = checks.integer("batch_size", batch_size)
+    if batch_size > len(task):
+        raise ValueError(f"batch_size must be at most the task's {len(task)} stories")
+    annotation, edge_index, edge_type, batch, answer = task.graphs(torch.arange(batch_size))
+
+    def loss():
+        scores = model(annotation, edge_index, edge_type)
+        return -log_softmax(scores, batch, answer.shape[0])[answer].mean()
+
+    return multiply_adds(loss)
+
+
+def ring_graphs(graphs: int, nodes: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """`graphs` rings of `nodes` nodes as one disconnected graph, every edge listed both ways
+    (the released graph tasks list each edge of their Watts-Strogatz graphs, a ring before
+    rewiring, in both directions): edge_index (2, E), edge_type (E,) zeros, batch (N,)."""
+    graphs, nodes = checks.integer("graphs", graphs), checks.integer("nodes", nodes)
+    node = torch.arange(graphs * nodes)
+    succ = node // nodes * nodes + (node + 1) % nodes
+    edge_index = torch.cat([torch.stack([node, succ]), torch.stack([succ, node])], dim=1)
+    return edge_index, torch.zeros(edge_index.shape[1], dtype=torch.long), node // nodes
+
+
+def ggsnn_update_multiply_adds(
+    *,
+    graphs: int,
+    nodes: int,
+    output_steps: int,
+    steps: int,
+    hidden_size: int,
+    annotation_size: int,
+) -> int:
+    """A lower bound on the multiply-adds of one GGS-NN training update (the paper's section
+    4): every output step is a propagation of `steps` rounds followed by the node-selection
+    output F_o, here `graphs` ring graphs of `nodes` nodes with one edge type, counted as
+    `output_steps` updates of ggnn.NodeSelector. The annotation network F_x, which a GGS-NN runs
+    after every output step but the last, is left out, so the true count is higher."""
+    output_steps = checks.integer("output_steps", output_steps)
+    edge_index, edge_type, batch = ring_graphs(graphs, nodes)
+    with training.seeded(0):  # the initial weights do not change the count
+        model = ggnn.NodeSelector(annotation_size, hidden_size, 1, steps)
+    annotation = torch.zeros(graphs * nodes, annotation_size)
+    answer = torch.arange(graphs) * nodes
+
+    def loss():
+        scores = model(annotation, edge_index, edge_type)
+        return -ggnn.per_graph_log_softmax(scores, batch, graphs)[answer].mean()
+
+    return output_steps * multiply_adds(loss)
+
+
+def run_cost(
+    task: Deduction, *, steps: int, stories: int, updates: int, hidden_size: int = 16, **removed
+) -> tuple[int, int]:
+    """(sequential propagation rounds, multiply-adds) of one training run of `updates` updates
+    on batches of `stories` stories of the task: train_ggnn's network, or with `removed` (typed,
+    gated or every_round set to False) train_ablation's. Evaluations are not counted."""
+    updates = checks.integer("updates", updates)
+    with training.seeded(0):  # a network of the run's shape; its weights do not change the count
+        if removed:
+            model = AblatedGGNN(hidden_size, steps, **removed)
+            log_softmax = story_log_softmax
+        else:
+            model = ggnn.NodeSelector(1, hidden_size, len(EDGE_TYPES), steps)
+            log_softmax = ggnn.per_graph_log_softmax
+    return updates * steps, updates * update_multiply_adds(model, task, stories, log_softmax)
