@@ -15,7 +15,8 @@ from dataclasses import asdict
 from pathlib import Path
 
 from papernotes import chapter
-from papernotes.claim_rows import Claim
+from papernotes.claim_rows import Claim, margin_over
+from papernotes.claim_rows import strongest_null as strongest
 
 RECORD_DIR_VARIABLE = "PAPERNOTES_RECORD_DIR"
 
@@ -47,10 +48,21 @@ def row(claim: Claim) -> dict:
         "thin": claim.thin,
         "must_hold": claim.must_hold,
         "beats_nulls": claim.beats_nulls,
+        "strongest_null": strongest_null(claim),
         "failed": claim.failed,
         "problems": list(claim.problems),
         "waived": list(claim.waived),
     }
+
+
+def strongest_null(claim: Claim) -> dict | None:
+    """The strongest run without the paper's idea that the row stands against (a null that
+    could pass, or the comparator: papernotes.claim_rows.strongest_null), and the row's margin
+    over it."""
+    best = strongest(claim)
+    if best is None:
+        return None
+    return {"name": best.name, "measured": best.measured, "margin": margin_over(claim, best)}
 
 
 def write(slug: str, claims: list[Claim]) -> Path | None:

@@ -8,6 +8,12 @@ A row is the paper's number or statement beside ours. What it must carry to be b
   null goes through the row's own condition, the same op and bound (a yes-or-no row: whether the
   null passes the same test). A row is worth something only when every null fails it: a null
   that passes too means the row does not tell the paper's idea from its absence.
+- **Nulls that could pass.** A row names its comparator, the arm whose value (`baseline`) its
+  bound is built from. A null that is the comparator cannot pass by construction and is
+  refused; a null the chapter marks as at chance
+  by how the task is built (`at_chance`) is shown but does not count: a must-hold paper row needs
+  at least one null that could pass, and the strongest of those is the one the table and the
+  scoreboard show.
 - **Its arms' tuning.** Every trained arm a row compares says how it was tuned (`Arm`): the grid,
   the split it was chosen on, the chosen value and the budget. Arms on different grids or budgets,
   a choice on the test split, or a choice at a grid's edge break the standard, unless the row
@@ -69,22 +75,36 @@ def margin(measured: float, op: str, bound: float) -> float:
 @dataclass(frozen=True)
 class Null:
     """A run without the paper's idea, put through the row's condition. `holds`: it passes
-    too, so the row cannot tell the idea from its absence."""
+    too, so the row cannot tell the idea from its absence. `at_chance`: the chapter marks it as
+    at chance by how the task is built, so that failing it says nothing (shown, not counted)."""
 
     name: str
     measured: float | bool
     holds: bool
+    at_chance: bool = False
 
 
-def nulls_of(statement: str, nulls, op: str | None, bound: float | None) -> tuple[Null, ...]:
+def nulls_of(
+    statement: str, nulls, op: str | None, bound: float | None, at_chance=None
+) -> tuple[Null, ...]:
     """The row's nulls, each measured and put through the row's condition (a yes-or-no row's
-    null is a bool: whether it passes the same test)."""
+    null is a bool: whether it passes the same test); `at_chance` names those at chance by
+    construction."""
     if nulls is None:
+        if at_chance:
+            raise ValueError(f"claim {statement!r}: at_chance names nulls, and the row has none")
         return ()
     if not isinstance(nulls, Mapping):
         raise TypeError(
             f"claim {statement!r}: nulls must map a null's name to its measurement; "
             f"got {type(nulls).__name__}"
+        )
+    chance = _names(statement, "at_chance", at_chance)
+    unknown = sorted(chance - set(nulls))
+    if unknown:
+        raise ValueError(
+            f"claim {statement!r}: at_chance names {unknown}, which are not among its nulls "
+            f"{sorted(nulls)}"
         )
     found = []
     for name, value in nulls.items():
@@ -92,22 +112,70 @@ def nulls_of(statement: str, nulls, op: str | None, bound: float | None) -> tupl
             raise ValueError(f"claim {statement!r}: a null's name must be a non-empty string")
         if op is None:
             passes = as_bool(value, f"{statement!r}: null {name!r}")
-            found.append(Null(name, passes, passes))
+            found.append(Null(name, passes, passes, name in chance))
         else:
             value = as_number(statement, f"null {name!r}", value)
-            found.append(Null(name, value, bool(OPERATORS[op](value, bound))))
+            found.append(Null(name, value, bool(OPERATORS[op](value, bound)), name in chance))
     return tuple(found)
 
 
+def _names(statement: str, what: str, names) -> set[str]:
+    if names is None:
+        return set()
+    if isinstance(names, str) or not isinstance(names, (Sequence, set, frozenset)):
+        raise TypeError(f"claim {statement!r}: {what} must be a list of null names; got {names!r}")
+    return set(names)
+
+
+def is_comparator(claim: Claim, null: Null) -> bool:
+    """The null is the row's own comparator (the arm its bound is built from, by name): it
+    cannot pass by construction."""
+    return claim.comparator is not None and null.name == claim.comparator
+
+
+def counting_nulls(claim: Claim) -> list[Null]:
+    """The nulls that could pass: neither at chance by construction nor the row's comparator."""
+    return [n for n in claim.nulls if not n.at_chance and not is_comparator(claim, n)]
+
+
 def best_null(claim: Claim) -> Null | None:
-    """The null that comes nearest to passing the row's condition (one that passes, first)."""
+    """The strongest null: the one that comes nearest to passing the row's condition (one that
+    passes, first), among the nulls that could pass (all of them, where none could)."""
     if not claim.nulls:
         return None
     passing = [n for n in claim.nulls if n.holds]
-    if passing or claim.op is None:
-        return (passing or list(claim.nulls))[0]
+    if passing:
+        return passing[0]
+    pool = counting_nulls(claim) or list(claim.nulls)
+    if claim.op is None:
+        return pool[0]
     larger_is_nearer = claim.op in (">=", ">")
-    return max(claim.nulls, key=lambda n: n.measured if larger_is_nearer else -n.measured)
+    return max(pool, key=lambda n: n.measured if larger_is_nearer else -n.measured)
+
+
+def strongest_null(claim: Claim) -> Null | None:
+    """The strongest run without the paper's idea that the row stands against: the nearest to
+    passing of the nulls that could pass and the comparator (the arm the bound is built from,
+    at its value `baseline`: the paper's model less its idea, often); None for a yes-or-no row
+    or a row with neither."""
+    if claim.op is None:
+        return None
+    pool = counting_nulls(claim)
+    if claim.comparator is not None and claim.baseline is not None:
+        within = bool(OPERATORS[claim.op](claim.baseline, claim.bound))
+        pool.append(Null(claim.comparator, claim.baseline, within))
+    if not pool:
+        return None
+    larger_is_nearer = claim.op in (">=", ">")
+    return max(pool, key=lambda n: n.measured if larger_is_nearer else -n.measured)
+
+
+def margin_over(claim: Claim, null: Null) -> float | None:
+    """How far the row's measurement stands beyond a null's, as `margin` measures it (positive
+    on the side the condition asks for); None for a yes-or-no row."""
+    if claim.op is None or claim.measured is None:
+        return None
+    return margin(claim.measured, claim.op, null.measured)
 
 
 # -- arms ----------------------------------------------------------------------------------------
@@ -266,6 +334,7 @@ class Claim:
     arms: tuple[Arm, ...] = ()
     arms_why: str | None = None
     waiver: str | None = None
+    comparator: str | None = None
     # What breaks the standard, excused by the waiver or not (see `problems`).
     breaches: tuple[str, ...] = field(default=())
 
@@ -293,8 +362,9 @@ class Claim:
 
     @property
     def beats_nulls(self) -> bool | None:
-        """Whether every null fails the condition (None: the row names none)."""
-        return None if not self.nulls else not self.passing_nulls
+        """Whether every null that could pass fails the condition (None: the row names none
+        that could: at chance by construction, or its own comparator, do not count)."""
+        return None if not counting_nulls(self) else not self.passing_nulls
 
     @property
     def failed(self) -> bool:
@@ -338,8 +408,30 @@ def breaches_of(claim: Claim) -> tuple[str, ...]:
     if claim.status == NOT_RUN:
         return ()
     found = []
-    if claim.kind == PAPER and claim.must_hold and not claim.nulls:
+    paper_must_hold = claim.kind == PAPER and claim.must_hold
+    if paper_must_hold and not claim.nulls:
         found.append("names no null (nulls={...}: the simplest runs without the paper's idea)")
+    found += [
+        f"the null {n.name!r} is the row's own comparator (the arm its bound is built from): "
+        "it cannot pass; name a null that could"
+        for n in claim.nulls
+        if is_comparator(claim, n)
+    ]
+    if paper_must_hold and claim.nulls and not counting_nulls(claim):
+        found.append(
+            "names no null that could pass (at chance by construction or its own comparator "
+            "do not count): name the strongest run without the paper's idea"
+        )
+    if claim.op is not None and claim.baseline is not None and claim.comparator is None:
+        found.append(
+            "gives a baseline but names no comparator (comparator='...': the arm whose value "
+            "the bound is built from)"
+        )
+    if paper_must_hold and claim.bound_from == NOISE and claim.comparator is None:
+        found.append(
+            "its bound is built from noise around an arm's value: name that arm (comparator=, "
+            "with its value as baseline=)"
+        )
     if claim.op is not None and claim.bound_from is None:
         found.append("its bound names no source (bound_from='paper', 'derived' or 'noise')")
     found += arms_problems(claim.arms) if claim.arms_why is None else []

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from papernotes.claim_rows import Claim, best_null
+from papernotes.claim_rows import Claim, best_null, counting_nulls
 from papernotes.tables import Table
 
 COLUMNS = ["claim", "status", "paper", "ours", "condition", "best null", "margin", "verdict"]
@@ -53,10 +53,17 @@ def verdicts(slug: str, claims: Sequence[Claim]) -> str:
     machine (a margin may be thin on one CPU and not on another, so no "thin")."""
     lines = [f"Claims of {slug!r}:"]
     for c in claims:
-        nulls = f"; beats {len(c.nulls)} null{'s' * (len(c.nulls) != 1)}" if c.beats_nulls else ""
+        nulls = beaten(c) if c.beats_nulls else ""
         waived = "; waived" if c.waiver else ""
         lines.append(f"- {c.verdict_word()} ({c.status}{nulls}{waived}): {c.statement}")
     return "\n".join(lines)
+
+
+def beaten(claim: Claim) -> str:
+    """ "; beats 2 nulls": the nulls that could pass, and apart those at chance by construction."""
+    n = len(counting_nulls(claim))
+    chance = sum(null.at_chance for null in claim.nulls)
+    return f"; beats {n} null{'s' * (n != 1)}" + (f" ({chance} more at chance)" if chance else "")
 
 
 def percent(value: float | None) -> str:

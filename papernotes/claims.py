@@ -130,26 +130,31 @@ class Claims:
         arms: list[Arm] | None = None,
         arms_why: str | None = None,
         waiver: str | None = None,
+        comparator: str | None = None,
+        at_chance: list[str] | None = None,
     ) -> Claim:
         """Record one row: either the condition `measured op bound` (numbers; `op` one of
         >=, >, <=, <) or, for a plain yes or no, `holds` (a bool); a NOT_RUN row gives
         neither. `kind` is PAPER (then `status` is required) or CHECK (no status).
 
         `nulls` maps each null's name to its measurement (a number, or a bool for a yes-or-no
-        row); `bound_from` is 'paper', 'derived' or 'noise', with `bound_why` in one line;
-        `arms` lists the compared arms' tuning (`pn.Arm`), `arms_why` excuses unequal arms in
-        one line; `waiver`, one line, marks a row that does not meet the standard yet.
-        Returns the row."""
+        row); `at_chance` lists those of them that sit at chance by how the task is built (shown,
+        not counted: the row needs a null that could pass); `comparator` names the arm whose
+        value, `baseline`, the bound is built from (a null of that name is refused);
+        `bound_from` is 'paper', 'derived' or 'noise', with `bound_why` in one line; `arms`
+        lists the compared arms' tuning (`pn.Arm`), `arms_why` excuses unequal arms in one line;
+        `waiver`, one line, marks a row that does not meet the standard yet. Returns the row."""
         status = _status_of(statement, kind, status)
         comparative = (measured, op, bound) != (None, None, None)
         text = {
             "bound_why": one_line(statement, "bound_why", bound_why),
             "arms_why": one_line(statement, "arms_why", arms_why),
             "waiver": one_line(statement, "waiver", waiver),
+            "comparator": one_line(statement, "comparator", comparator),
         }
         if status == NOT_RUN:
-            given = (holds, nulls, bound_from, bound_why, arms, arms_why, waiver)
-            if comparative or any(x is not None for x in given):
+            given = (holds, nulls, bound_from, bound_why, arms, arms_why, waiver, comparator)
+            if comparative or at_chance or any(x is not None for x in given):
                 raise ValueError(f"claim {statement!r}: a row not run has no measurement")
             return self._append(Claim(statement, kind, status, paper, ours, None))
         if comparative == (holds is not None):
@@ -189,7 +194,7 @@ class Claims:
             status,
             paper,
             ours,
-            nulls=nulls_of(statement, nulls, op, bound),
+            nulls=nulls_of(statement, nulls, op, bound, at_chance),
             arms=arms_of(statement, arms),
             **condition,
             **text,

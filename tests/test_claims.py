@@ -84,7 +84,8 @@ def test_claims_that_hold_pass_and_are_recorded_with_status_margin_and_seed(reco
         op=">",
         bound=1.0,
         baseline=1.0,
-        nulls={"B": 1.0},
+        comparator="B",
+        nulls={"a constant": 0.5},
         bound_from="paper",
         bound_why="the paper's B",
     )
@@ -320,9 +321,11 @@ def test_a_result_not_run_says_why_and_never_fails(records):
 
 
 def headline(claims, **kwargs):
-    """A must-hold claim of the paper: 0.9 against a bound of 0.8."""
+    """A must-hold claim of the paper: 0.9 against a bound of 0.8, two paired SE above the
+    comparator's 0.7."""
     row = {"kind": pn.PAPER, "status": pn.ANALOG, "paper": "p", "ours": "o", "measured": 0.9}
     row |= {"op": ">=", "bound": 0.8, "bound_from": "noise", "bound_why": "two paired SE"}
+    row |= {"comparator": "the exact ablation", "baseline": 0.7}
     return claims.add("the headline", **{**row, **kwargs})
 
 
@@ -349,8 +352,8 @@ def test_a_null_that_passes_the_condition_too_fails_the_row(records):
         claims.check()
     saved = json.loads((records / "demo.json").read_text())["claims"][0]
     assert saved["nulls"] == [
-        {"name": "untrained network", "measured": 0.863, "holds": True},
-        {"name": "raw pixels", "measured": 0.5, "holds": False},
+        {"name": "untrained network", "measured": 0.863, "holds": True, "at_chance": False},
+        {"name": "raw pixels", "measured": 0.5, "holds": False, "at_chance": False},
     ]
     assert (saved["beats_nulls"], saved["failed"]) == (False, True)
 
@@ -503,3 +506,60 @@ def test_a_waiver_marks_a_row_short_of_the_standard_and_must_go_when_it_is_met(r
     # and a waiver on a row that meets the standard is itself a problem
     unneeded = headline(Claims("demo"), nulls={"n": 0.1}, waiver="w")
     assert unneeded.failed and "remove the waiver" in unneeded.problems[0]
+
+
+def test_a_null_that_is_the_rows_own_comparator_is_refused(records):
+    # REINFORCE tuned alike, named as a null of a row whose bound is REINFORCE less two SE:
+    # it can never pass, so it proves nothing
+    claims = Claims("demo")
+    row = headline(claims, nulls={"the exact ablation": 0.7, "untrained": 0.5})
+    assert row.failed and row.holds and not row.passing_nulls
+    assert any("'the exact ablation' is the row's own comparator" in p for p in row.problems)
+    with pytest.raises(ClaimsFailed, match="own comparator"):
+        claims.check()
+    # only the comparator: no null that could pass is left either
+    alone = headline(Claims("demo"), nulls={"the exact ablation": 0.7})
+    assert any("names no null that could pass" in p for p in alone.problems)
+    # named apart from its nulls, the comparator is fine
+    assert not headline(Claims("demo"), nulls={"untrained": 0.5}).failed
+
+
+def test_a_bound_built_from_an_arm_names_that_arm(records):
+    no_name = headline(Claims("demo"), nulls={"untrained": 0.5}, comparator=None)
+    assert no_name.failed and any("names no comparator" in p for p in no_name.problems)
+    noise = headline(Claims("demo"), nulls={"untrained": 0.5}, comparator=None, baseline=None)
+    assert noise.failed and any("noise around an arm" in p for p in noise.problems)
+    with pytest.raises(ValueError, match="comparator must be one line"):
+        headline(Claims("demo"), comparator="")
+
+
+def test_a_null_at_chance_by_construction_is_shown_but_does_not_count(records):
+    claims = Claims("demo")
+    row = headline(
+        claims, nulls={"majority class": 0.33, "untrained": 0.6}, at_chance=["majority class"]
+    )
+    # the untrained network is the strongest null that could pass, and the one shown
+    assert not row.failed and row.beats_nulls
+    assert pn.claim_rows.best_null(row).name == "untrained"
+    assert "untrained: 0.6 (+1)" in claims._repr_mimebundle_()["text/html"]
+    claims.check()
+    assert "- holds (analog; beats 1 null (1 more at chance)): the headline" in claims.verdicts()
+    saved = json.loads((records / "demo.json").read_text())["claims"][0]
+    # the strongest run without the idea: here the comparator (0.7), nearer than the untrained 0.6
+    strongest = saved["strongest_null"]
+    assert (strongest["name"], strongest["measured"]) == ("the exact ablation", 0.7)
+    assert strongest["margin"] == pytest.approx(2 / 9)  # (0.9 - 0.7) / 0.9
+    stronger = headline(Claims("demo"), nulls={"untrained": 0.75})
+    assert pn.claim_rows.strongest_null(stronger).name == "untrained"
+    assert saved["comparator"] == "the exact ablation"
+    # nulls at chance alone do not meet the standard: one that could pass is needed
+    only_chance = headline(Claims("demo"), nulls={"majority": 0.33}, at_chance=["majority"])
+    assert only_chance.failed and only_chance.beats_nulls is None
+    assert any("names no null that could pass" in p for p in only_chance.problems)
+    # a null at chance that passes all the same still fails the row
+    passing = headline(Claims("demo"), nulls={"majority": 0.85, "u": 0.1}, at_chance=["majority"])
+    assert passing.failed and passing.verdict() == "FAILS: a null passes too"
+    with pytest.raises(ValueError, match="not among its nulls"):
+        headline(Claims("demo"), nulls={"untrained": 0.6}, at_chance=["majority"])
+    with pytest.raises(TypeError, match="at_chance must be a list"):
+        headline(Claims("demo"), nulls={"untrained": 0.6}, at_chance="untrained")

@@ -29,6 +29,7 @@ def claim(statement, status="reproduced", holds=True, margin=0.5, thin=False, ki
         "bound_from": "noise",
         "bound_why": "two SE",
         "nulls": [{"name": "untrained", "measured": 0.5, "holds": False}],
+        "strongest_null": {"name": "untrained", "measured": 0.5, "margin": 0.44},
         **more,
     }
 
@@ -112,7 +113,9 @@ def test_the_summary_counts_every_status_and_each_chapter_gets_a_section(tmp_pat
     row = (
         '<td data-label="reproduced">1</td><td data-label="analog">1</td>'
         '<td data-label="not reproduced">1</td><td data-label="not run">0</td>'
-        '<td data-label="checks">0</td><td data-label="headline beats its null">yes</td>'
+        '<td data-label="checks">0</td>'
+        '<td data-label="the headline&#x27;s strongest null, and its margin over it">'
+        "untrained (+44%)</td>"
         '<td data-label="rows on 4 of 5 seeds">2/2</td>'
         '<td data-label="broken mechanisms caught">1/2*</td><td data-label="run time">12 s</td>'
     )
@@ -175,6 +178,20 @@ def test_the_headline_verdict_on_its_nulls():
     assert scoreboard.headline_null_verdict(claim("a", nulls=[])) == "no null"
     assert scoreboard.headline_null_verdict(claim("a", nulls=[], waiver="w")) == "waived"
     assert scoreboard.headline_null_verdict(None) == "no headline"
+    # a null at chance by construction, or the row's own comparator, cannot pass: not counted
+    chance = [{"name": "majority", "measured": 0.3, "holds": False, "at_chance": True}]
+    assert scoreboard.headline_null_verdict(claim("a", nulls=chance)) == "no null"
+    own = claim("a", comparator="untrained")
+    assert scoreboard.headline_null_verdict(own) == "no null"
+    assert scoreboard.strongest_null(own) is None
+
+
+def test_the_overview_names_the_headlines_strongest_null_and_the_margin_over_it():
+    summary = {"headline_null": "yes", "strongest_null": claim("a")["strongest_null"]}
+    assert scoreboard.strongest_null_text(summary) == "untrained (+44%)"
+    passing = {"headline_null": "no", "strongest_null": {"name": "u", "margin": -0.1}}
+    assert scoreboard.strongest_null_text(passing) == "a null passes: u"
+    assert scoreboard.strongest_null_text({"headline_null": "no null"}) == "no null"
 
 
 def test_kinds_are_counted_apart_and_margins_drawn(tmp_path):

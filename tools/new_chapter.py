@@ -88,7 +88,7 @@ def claims_cell(slug: str) -> str:
     headline against the exact ablation with its nulls, its arms' tuning and its bound's source,
     and a result of the abstract not run. Its numbers are placeholders for the experiment's."""
     return f'''# {MARKER}: the numbers below come from the experiment above; these show the call.
-ours, ablation, untrained, noise = 0.90, 0.70, 0.50, 0.05  # {MARKER}
+ours, ablation, untrained, heuristic, noise = 0.90, 0.70, 0.50, 0.60, 0.05  # {MARKER}
 validation = {{  # {MARKER}: each arm's validation score at each learning rate of one grid
     "ours": {{1e-3: 0.80, 1e-2: 0.90, 1e-1: 0.85}},
     "ablation": {{1e-3: 0.60, 1e-2: 0.70, 1e-1: 0.65}},
@@ -106,11 +106,12 @@ claims.add(
     op=">=",
     bound=ablation + noise,
     baseline=ablation,
+    comparator="the exact ablation: the paper's model less only its idea ({MARKER})",
     bound_from="noise",
     bound_why="{MARKER}: the ablation plus two standard errors of the paired difference",
-    nulls={{
-        "the exact ablation, computed apart ({MARKER})": ablation,
-        "an untrained network ({MARKER})": untrained,
+    nulls={{  # runs without the idea that could pass, each by code the mechanism cannot reach
+        "the untrained network with the same read-out ({MARKER})": untrained,
+        "the simplest tuned heuristic for the task ({MARKER})": heuristic,
     }},
     arms=[
         pn.Arm.best(name, scores, split="validation", budget=budget, setting="learning rate")

@@ -91,6 +91,7 @@ def summary(path: Path, record: dict | None, result: dict) -> dict:
             "checks": sum(c.get("kind") == CHECK for c in claims),
             "headline": first,
             "headline_null": headline_null_verdict(first),
+            "strongest_null": strongest_null(first),
             "headline_catches": bool(first and catching(first["statement"], mutants)),
             "seeds": None
             if seeds is None
@@ -123,15 +124,46 @@ def headline(claims: list[dict]) -> dict | None:
 
 
 def headline_null_verdict(claim: dict | None) -> str:
-    """Does the headline beat its nulls? "yes", "no" (a null passes), "waived" or "no null"."""
+    """Does the headline beat its nulls? "yes", "no" (a null passes), "waived" or "no null"
+    (none that could pass: a null at chance by construction, or the row's own comparator, does
+    not count)."""
     if claim is None:
         return "no headline"
     nulls = claim.get("nulls", [])
     if any(n["holds"] for n in nulls):
         return "no"
-    if not nulls:
+    if not could_pass(claim):
         return "waived" if claim.get("waiver") else "no null"
     return "waived" if claim.get("waiver") else "yes"
+
+
+def could_pass(claim: dict) -> list[dict]:
+    """The row's nulls that could pass: not at chance by construction, not its comparator."""
+    return [
+        n
+        for n in claim.get("nulls", [])
+        if not n.get("at_chance") and n["name"] != claim.get("comparator")
+    ]
+
+
+def strongest_null(claim: dict | None) -> dict | None:
+    """The headline's strongest null (nearest to passing, among those that could) and the
+    headline's margin over it, as claims.check() recorded them."""
+    if claim is None or not could_pass(claim):
+        return None
+    return claim.get("strongest_null")
+
+
+def strongest_null_text(summary_: dict) -> str:
+    """The overview's cell: the headline's strongest null by name and the margin over it, or
+    why there is none to show."""
+    verdict, best = summary_["headline_null"], summary_.get("strongest_null")
+    if verdict == "no":
+        return "a null passes" + (f": {best['name']}" if best else "")
+    if best is None:
+        return verdict
+    over = best.get("margin")
+    return best["name"] + ("" if over is None else f" ({over:+.0%})")
 
 
 def catching(statement: str, mutants: dict | None) -> list[str]:
@@ -201,7 +233,7 @@ OVERVIEW_COLUMNS = [
     ("not repr.", "not reproduced"),
     ("not run", "not run"),
     ("checks", "checks"),
-    ("beats its null", "headline beats its null"),
+    ("strongest null", "the headline's strongest null, and its margin over it"),
     ("seeds 4/5", "rows on 4 of 5 seeds"),
     ("caught", "broken mechanisms caught"),
     ("time", "run time"),
@@ -240,7 +272,7 @@ def overview_table(summaries: list[dict]) -> str:
                 counts["not reproduced"],
                 counts["not run"],
                 s["checks"],
-                html.escape(s["headline_null"]),
+                html.escape(strongest_null_text(s)),
                 _fraction(s["seeds"], s["seeds_stale"]),
                 _fraction(s["caught"], s["mutants_stale"]),
                 f"{s['seconds']:.0f} s",
@@ -301,9 +333,12 @@ def overview_svg(summaries: list[dict]) -> str:
                     f'fill="{colour}"><title>{n} {html.escape(status)}</title></rect>'
                 )
                 x += n * unit
-        mark = {"yes": "✓ beats its nulls", "no": "✗ a null passes"}.get(
-            s["headline_null"], f"· {s['headline_null']}"
-        )
+        best = s.get("strongest_null") or {}
+        over = best.get("margin")
+        mark = {
+            "yes": "✓ beats its nulls" if over is None else f"✓ {over:+.0%} over its best null",
+            "no": "✗ a null passes",
+        }.get(s["headline_null"], f"· {s['headline_null']}")
         parts.append(f'<text x="{label_w + bar_w}" y="{y + 11}">{html.escape(mark)}</text>')
     parts.append("</svg>")
     return "".join(parts)
