@@ -4,7 +4,8 @@
 
 The last expression of a cell: Jupyter and the HTML book show `_repr_html_`, a terminal and
 nbval's text comparison `__repr__`. Numbers are formatted once, by column, so both views print
-the same digits.
+the same digits, and a number that rounds to zero prints without a sign (`+.4f` of -1e-9 is
+`0.0000`), so that no CPU's last rounding decides it.
 """
 
 from __future__ import annotations
@@ -93,5 +94,13 @@ def _format(cell, spec: str) -> str:
     if cell is None:
         return "—"
     if spec and isinstance(cell, numbers.Number) and not isinstance(cell, bool):
-        return format(cell, spec)
+        return unsigned_zero(format(cell, spec))
     return str(cell)
+
+
+def unsigned_zero(text: str) -> str:
+    """A number that rounds to zero, without its sign: whether -0.0000 or +0.0000 is printed
+    depends on the last rounding of a value that is 0 in theory, which differs from CPU to CPU."""
+    if text[:1] in "+-" and not any(d in "123456789" for d in text.split("e")[0]):
+        return text[1:]
+    return text
