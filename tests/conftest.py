@@ -11,8 +11,9 @@ import torch
 
 ROOT = Path(__file__).resolve().parent.parent
 # A chapter written for tests/test_new_chapter.py, which copies it into a temporary clone: here
-# its module does not exist, so neither nbval nor pytest may collect it.
-collect_ignore_glob = ["fixtures/new_chapter/*"]
+# its module does not exist, so neither nbval nor pytest may collect it. The cells of
+# fixtures/portable/ are outputs to read (tests/test_portable.py), not a notebook to run.
+collect_ignore_glob = ["fixtures/new_chapter/*", "fixtures/portable/*"]
 sys.path.insert(0, str(ROOT / "tools"))
 torch.set_num_threads(1)
 
