@@ -6,6 +6,8 @@ Shared infrastructure (one module each, used by every chapter):
 - `data`: the book's small MNIST (scikit-learn's bundled 8x8 digits) as tensors, split into
   train, validation and test
 - `training`: the one training loop, its `History`, eval mode, seeded generators
+- `together`: arms trained together: K models of one shape as one stacked model, through the
+  one loop, with a learning rate, weight decay, dropout and batch order per member
 - `checks`: argument checks at the entry points, so bad input fails with a message naming it
 - `plotting`: one plot style, palette PNGs and the few drawing helpers chapters share
 - `tables`: a small table that shows as HTML in a notebook and as text in a terminal
