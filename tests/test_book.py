@@ -6,6 +6,7 @@ import re
 import book
 import nbformat
 import pytest
+import yaml
 
 CHAPTERS = book.toc_chapters()
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
@@ -276,7 +277,11 @@ def test_a_scaffolded_chapter_is_listed_and_caught_until_written(tmp_path):
     new_chapter.scaffold("layer_norm", "Normalization and initialization", tmp_path)
     new_chapter.scaffold("world_models", "A new part", tmp_path)
     assert "chapters/layer_norm" in book.toc_files(tmp_path)
-    assert book.toc_files(tmp_path)[-1] == "chapters/world_models"
+    # a new part comes after the parts of chapters, before the book's own pages (the scoreboard)
+    files = book.toc_files(tmp_path)
+    assert files[-2:] == ["chapters/world_models", "scoreboard"]
+    toc = yaml.safe_load((tmp_path / "_toc.yml").read_text())
+    assert [p["caption"] for p in toc["parts"]][-2:] == ["A new part", "The book itself"]
     intro = (tmp_path / "intro.md").read_text()
     assert "{doc}`chapters/layer_norm`" in intro and "**A new part**" in intro
     assert intro.index("chapters/layer_norm") < intro.index("**Memory, attention")

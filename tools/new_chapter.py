@@ -191,8 +191,20 @@ def register_in_toc(root: Path, slug: str, part: str) -> None:
         n = next((i for i, line in enumerate(lines) if not line.startswith("      ")), len(lines))
         text = text[:start] + "".join(lines[:n]) + f"      - file: {entry}\n" + "".join(lines[n:])
     else:
-        text = text.rstrip("\n") + f"\n{caption}      - file: {entry}\n"
+        text = with_new_part(text, toc, f"{caption}      - file: {entry}\n")
     path.write_text(text)
+
+
+def with_new_part(text: str, toc: dict, part: str) -> str:
+    """The toc's text with a new part after the last part of chapters: before the parts that hold
+    the book's own pages (the scoreboard, under "The book itself"), which stay last."""
+    pages = [
+        p for p in toc["parts"] if not any(c["file"].startswith("chapters/") for c in p["chapters"])
+    ]
+    if not pages:
+        return text.rstrip("\n") + "\n" + part
+    first_pages = text.index(f"  - caption: {pages[0]['caption']}\n")
+    return text[:first_pages] + part + text[first_pages:]
 
 
 def register_in_intro(root: Path, slug: str, part: str, paper: Paper | None = None) -> None:
