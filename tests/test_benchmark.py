@@ -3,9 +3,11 @@
 read back), and `make bench` honours CHAPTERS and JOBS."""
 
 import re
+import shutil
 
 import benchmark
 import book
+import pytest
 
 
 def report(chapters, book_times=None, calibration_s=10.0):
@@ -57,3 +59,27 @@ def test_make_bench_passes_chapters_and_jobs_to_the_tool():
     recipe = re.search(r"^bench:.*\n((?:\t.*\n)+)", makefile, re.M).group(1)
     assert "tools/benchmark.py $(CHAPTERS)" in recipe
     assert re.search(r"^export JOBS$", makefile, re.M)
+
+
+def test_a_table_it_cannot_read_is_refused_before_anything_is_measured(
+    tmp_path, monkeypatch, capsys
+):
+    """The trap of 2026-12-07: the committed table was in an older format, `previous_rows()`
+    kept nothing, and `make bench CHAPTERS=...` wrote a table of one chapter."""
+    old = tmp_path / "BENCHMARK.md"
+    old.write_text(
+        "# Benchmark\n\n| chapter | seconds | peak MiB | budget |\n|---|---|---|---|\n"
+        "| batch_norm | 39.9 | 477 | under 45 s |\n"
+    )
+    monkeypatch.setattr(benchmark, "TABLE", old)
+    before = old.read_text()
+    with pytest.raises(benchmark.UnreadableTable, match="not in this tool's format"):
+        benchmark.previous_rows()
+
+    def never(*_):
+        raise AssertionError("measured a chapter although the table cannot be kept")
+
+    monkeypatch.setattr(benchmark, "calibrate", never)
+    assert benchmark.main([str(book.ROOT / "chapters" / "jsma.ipynb")]) == 2
+    assert "Run `make bench` without CHAPTERS" in capsys.readouterr().err
+    assert old.read_text() == before

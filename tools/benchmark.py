@@ -61,6 +61,12 @@ CALIBRATION = book.ROOT / "tools" / "calibration.ipynb"
 JSON = book.ROOT / "_build" / "benchmark.json"
 TABLE = book.ROOT / "BENCHMARK.md"
 LAST_SWEEP = book.ROOT / "_build" / "last_sweep.json"
+HEADER = "| chapter | seconds | units | peak MiB | budget (units) | sweep (s) |"
+
+
+class UnreadableTable(Exception):
+    """BENCHMARK.md holds a table this tool cannot read back: timing some chapters would
+    overwrite the other rows with nothing."""
 
 
 def time_chapter(path: Path) -> dict:
@@ -152,7 +158,7 @@ def write_table(report: dict) -> None:
         f"Measured {report['when']} on {report['machine']['cpus']} CPUs, "
         f"Python {report['machine']['python']}, {report['jobs']} at a time; calibration "
         f"{report['calibration_s']:.1f} s.\n\n"
-        "| chapter | seconds | units | peak MiB | budget (units) | sweep (s) |\n"
+        f"{HEADER}\n"
         "|---|---|---|---|---|---|\n"
         + "\n".join(rows)
         + f"\n| chapters one after another | {report['total_s']:.1f} | | | | |\n"
@@ -196,12 +202,28 @@ def sweep_section(slugs: list[str]) -> str:
 
 
 def previous_rows() -> dict:
-    """The chapters' last figures, read back from the committed BENCHMARK.md."""
+    """The chapters' last figures, read back from the committed BENCHMARK.md (none when there is
+    no file). Raises UnreadableTable, naming what it found, for a file whose table is in another
+    format or has no chapter rows it can read: the caller stops before measuring, rather than
+    write a table that has lost every other row."""
     if not TABLE.exists():
         return {}
+    text = TABLE.read_text()
+    headers = [line for line in text.splitlines() if line.startswith("| chapter |")]
+    if headers != [HEADER]:
+        found = headers[0] if headers else "no '| chapter |' table"
+        raise UnreadableTable(
+            f"{TABLE.name}: its table is not in this tool's format (found {found!r}; expected "
+            f"{HEADER!r}), so timing some chapters would drop the others' rows. Run `make "
+            f"bench` without CHAPTERS to measure every chapter and rewrite it, or restore the "
+            f"file from git."
+        )
     found = {}
     pattern = r"^\| (\w+) \| ([\d.]+) \| ([\d.]+) \| (\d+) \|"
-    for slug, seconds, chapter_units, peak in re.findall(pattern, TABLE.read_text(), re.M):
+    rows = re.findall(pattern, text, re.M)
+    if not rows:
+        raise UnreadableTable(f"{TABLE.name}: its table has no chapter row this tool can read")
+    for slug, seconds, chapter_units, peak in rows:
         found[slug] = {
             "seconds": float(seconds),
             "units": float(chapter_units),
@@ -257,10 +279,15 @@ def main(argv=None) -> int:
         return 0
     jobs = kernels.jobs(default=1)
     chapters = [p.resolve() for p in args.chapters] or book.toc_chapters()
+    # Timing some chapters updates their rows and keeps the others' last figures: read them
+    # first, so that a table this tool cannot read stops it before it measures anything.
+    try:
+        measured = previous_rows() if args.chapters else {}
+    except UnreadableTable as error:
+        print(f"make bench: {error}", file=sys.stderr)
+        return 2
     calibration_s = calibrate(jobs)
     print(f"{'calibration':<28}{calibration_s:>7.1f} s (the unit)")
-    # Timing some chapters updates their rows and keeps the others' last figures.
-    measured = previous_rows() if args.chapters else {}
     for path, m in zip(chapters, measure(chapters, jobs), strict=True):
         m["units"] = units(m["seconds"], calibration_s)
         measured[path.stem] = m
