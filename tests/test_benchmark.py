@@ -3,7 +3,6 @@
 read back), and `make bench` honours CHAPTERS and JOBS."""
 
 import re
-import shutil
 
 import benchmark
 import book
@@ -81,5 +80,11 @@ def test_a_table_it_cannot_read_is_refused_before_anything_is_measured(
 
     monkeypatch.setattr(benchmark, "calibrate", never)
     assert benchmark.main([str(book.ROOT / "chapters" / "jsma.ipynb")]) == 2
-    assert "Run `make bench` without CHAPTERS" in capsys.readouterr().err
+    assert "`make bench` without CHAPTERS" in capsys.readouterr().err
     assert old.read_text() == before
+    # --report times and prints, and never writes the table
+    monkeypatch.setattr(benchmark, "calibrate", lambda jobs: 10.0)
+    monkeypatch.setattr(benchmark, "measure", lambda paths, jobs: [{"seconds": 5.0, "peak_mib": 1}])
+    monkeypatch.setattr(benchmark, "JSON", tmp_path / "benchmark.json")
+    assert benchmark.main(["--report", str(book.ROOT / "chapters" / "jsma.ipynb")]) == 0
+    assert "jsma" in capsys.readouterr().out and old.read_text() == before

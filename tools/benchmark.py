@@ -24,7 +24,9 @@ shuts the kernel down; the kernel is that process's only child, so its maximum r
 the process's RUSAGE_CHILDREN figure.
 
 `make bench CHAPTERS=...` times those chapters only and updates their rows of BENCHMARK.md; the
-other rows and the book's keep their last figures (with their own calibration). Without
+other rows and the book's keep their last figures (with their own calibration). It reads them
+back before it measures, and refuses a BENCHMARK.md whose table it cannot read rather than write
+one that has lost them. `--report` prints the figures and writes nothing. Without
 CHAPTERS it times every chapter and `make book` cold and again. It also copies each chapter's
 seeds-and-mutants time from its record, and the whole book's last sweep (`make sweep`) when one
 ran in this checkout. Timings are measured here, never asserted in tests.
@@ -214,9 +216,10 @@ def previous_rows() -> dict:
         found = headers[0] if headers else "no '| chapter |' table"
         raise UnreadableTable(
             f"{TABLE.name}: its table is not in this tool's format (found {found!r}; expected "
-            f"{HEADER!r}), so timing some chapters would drop the others' rows. Run `make "
-            f"bench` without CHAPTERS to measure every chapter and rewrite it, or restore the "
-            f"file from git."
+            f"{HEADER!r}), so timing some chapters would drop the others' rows. To time "
+            f"chapters without writing the table: `.venv/bin/python tools/benchmark.py --report "
+            f"chapters/<slug>.ipynb`; to rewrite it, `make bench` without CHAPTERS (every "
+            f"chapter), or restore the file from git."
         )
     found = {}
     pattern = r"^\| (\w+) \| ([\d.]+) \| ([\d.]+) \| (\d+) \|"
@@ -270,6 +273,9 @@ def time_make_book(cold: bool) -> float:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("chapters", nargs="*", type=Path, help="notebooks (default: the book)")
+    parser.add_argument(
+        "--report", action="store_true", help="print the figures; write no BENCHMARK.md"
+    )
     parser.add_argument("--one", type=Path, help=argparse.SUPPRESS)  # the per-chapter process
     args = parser.parse_args(argv)
     os.environ["PAPERNOTES_QUIET"] = "1"
@@ -282,7 +288,7 @@ def main(argv=None) -> int:
     # Timing some chapters updates their rows and keeps the others' last figures: read them
     # first, so that a table this tool cannot read stops it before it measures anything.
     try:
-        measured = previous_rows() if args.chapters else {}
+        measured = previous_rows() if args.chapters and not args.report else {}
     except UnreadableTable as error:
         print(f"make bench: {error}", file=sys.stderr)
         return 2
@@ -295,6 +301,8 @@ def main(argv=None) -> int:
             f"{path.stem:<28}{m['seconds']:>7.1f} s {m['units']:>6.2f} units "
             f"{m['peak_mib']:>6} MiB  {verdict(m['units'])}"
         )
+    if args.report:
+        return 0
     order = [p.stem for p in book.toc_chapters()]
     measured = {slug: measured[slug] for slug in order if slug in measured}
     total = round(sum(m["seconds"] for m in measured.values()), 1)
