@@ -35,7 +35,8 @@ test: $(INSTALLED) chromium
 ## check: the fast loop, lint and the unit tests, no chapter executed (bare `pytest` does the same).
 ## check CHAPTERS="chapters/x.ipynb ...": one chapter's loop: its unit tests and hygiene, nbval on
 ## it, its seeds and mutants where they are stale (a sweep just run is not run again), then the
-## strict build and the browser checks (the whole-book tests skip: the other chapters did not run)
+## strict build and the browser checks on its page and the scoreboard (the whole-book tests skip:
+## the other chapters did not run; `make test` visits every page)
 SLUGS := $(basename $(notdir $(CHAPTERS)))
 check: $(INSTALLED)
 	$(BIN)/ruff check .
@@ -48,7 +49,7 @@ else
 	$(BIN)/python -m pytest -n $(WORKERS) --dist loadfile --nbval $(CHAPTERS)
 	$(BIN)/python tools/seeds_and_mutants.py sweep --stale $(CHAPTERS)
 	$(BIN)/python -m pytest tests/test_seeds_and_mutants.py -k "$(subst $(eval) , or ,$(SLUGS))"
-	$(BIN)/python -m pytest -m book
+	PAPERNOTES_PAGES="$(SLUGS)" $(BIN)/python -m pytest -m book
 endif
 
 ## new: lay out a chapter's four files and list it in the book (SLUG=mixup PART="..."; and, to

@@ -90,12 +90,29 @@ def offline_page(browser, server):
     context.close()
 
 
+# The per-chapter loop (make check CHAPTERS=...) names its chapters here: the browser checks
+# then visit their pages and the scoreboard only; the whole book's stay in `make test`.
+PAGES_VARIABLE = "PAPERNOTES_PAGES"
+
+
+def checked_chapters() -> list:
+    """The chapters whose pages the checks visit: every chapter, or those the loop names."""
+    only = os.environ.get(PAGES_VARIABLE, "").split()
+    chapters = book.toc_chapters()
+    unknown = sorted(set(only) - {p.stem for p in chapters})
+    if unknown:
+        raise ValueError(f"{PAGES_VARIABLE} names no chapter of _toc.yml: {unknown}")
+    return [p for p in chapters if p.stem in only] if only else chapters
+
+
 def chapter_urls(server):
-    pages = [p.relative_to(book.ROOT).with_suffix(".html").as_posix() for p in book.toc_chapters()]
+    pages = [p.relative_to(book.ROOT).with_suffix(".html").as_posix() for p in checked_chapters()]
     return [f"{server}/{page}" for page in pages]
 
 
 def every_url(server):
+    if os.environ.get(PAGES_VARIABLE, "").split():
+        return [*chapter_urls(server), f"{server}/scoreboard.html"]
     return [f"{server}/{page}.html" for page in book.toc_files()]
 
 
@@ -286,7 +303,8 @@ def test_figures_of_several_panels_scroll_as_one_on_a_phone(sized_page, server):
                             c && c.getAttribute('tabindex')]; }"""
             )
             assert width >= 560 and scrolls == [True, "0"], (url, i, width, scrolls)
-    assert seen > 0, "no figure of several panels on any chapter"
+    # a chapter alone may have none; the book has some
+    assert seen > 0 or os.environ.get(PAGES_VARIABLE), "no figure of several panels on any chapter"
 
 
 def axe_violations(page) -> list:
@@ -329,3 +347,17 @@ def test_one_search_box(sized_page, server):
         buttons = page.locator("button.search-button__button")
         visible = [i for i in range(buttons.count()) if buttons.nth(i).is_visible()]
         assert len(visible) == 1, (viewport, visible)
+
+
+def test_the_per_chapter_loop_visits_its_pages_and_the_scoreboard_only(monkeypatch):
+    """`make check CHAPTERS=chapters/jsma.ipynb` sets PAPERNOTES_PAGES=jsma: the checks visit
+    that chapter's page and the scoreboard; `make test` sets nothing and visits every page."""
+    makefile = (book.ROOT / "Makefile").read_text()
+    assert 'PAPERNOTES_PAGES="$(SLUGS)" $(BIN)/python -m pytest -m book' in makefile
+    monkeypatch.setenv(PAGES_VARIABLE, "jsma")
+    assert every_url("s") == ["s/chapters/jsma.html", "s/scoreboard.html"]
+    monkeypatch.setenv(PAGES_VARIABLE, "no_such_chapter")
+    with pytest.raises(ValueError, match="names no chapter"):
+        chapter_urls("s")
+    monkeypatch.delenv(PAGES_VARIABLE)
+    assert len(every_url("s")) == len(book.toc_files())
