@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 INSTALLED := $(VENV)/.installed
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: book test check new venv chromium lab links refresh portable bench seeds mutants sweep rules clean
+.PHONY: book test check new venv chromium lab links refresh portable bench seeds mutants sweep mutate rules clean
 
 # How many chapters execute at once, in every target that executes chapters (one
 # single-threaded kernel each): `make sweep JOBS=4`. Unset, each tool picks its default: two
@@ -117,6 +117,15 @@ mutants: $(INSTALLED)
 ## (tests/seeds_and_mutants/<slug>.json)
 sweep: $(INSTALLED)
 	$(BIN)/python tools/seeds_and_mutants.py sweep $(CHAPTERS)
+
+## mutate: mutation testing of each chapter's paper (papernotes/<slug>/__init__.py and its
+## experiment.py, argument checks left out) against its unit tests, JOBS mutants at a time; one
+## record a paper, tests/mutation/<slug>.json, read with its triage tests/mutation/<slug>.yml, and
+## the scores in BENCHMARK.md (OUT=dir writes the records there instead, as the sweep workflow
+## does). MUTANTS="id ..." (one chapter) runs those mutants only, writing nothing
+mutate: $(INSTALLED)
+	$(BIN)/python tools/mutate.py run $(CHAPTERS) $(if $(OUT),--out $(OUT)) \
+		$(if $(MUTANTS),--only $(MUTANTS))
 
 ## bench: time each chapter cold, and the whole book
 bench: $(INSTALLED)
