@@ -56,6 +56,10 @@ What does not work under vmap, and the supported way:
   (in train mode) as they would be in a plain run.
 - `.item()`, `.tolist()` or Python control flow on a tensor's value inside a member's forward
   fail ("data-dependent control flow"); compute such values outside the stack.
+- Some of torch's fused kernels have no batching rule: `nn.LSTM` and `nn.LSTMCell` fail
+  under vmap; `nn.GRUCell` and `nn.TransformerEncoderLayer` (its fused attention) fall back to
+  a loop over the members, with a warning. Write the gates or the attention with `nn.Linear`
+  and elementwise operations (as the book's mechanisms do) and they batch.
 - Random draws inside a member's forward other than dropout (noise, sampling) run under vmap's
   `randomness="different"`: one draw (K, *shape) from their generator, a row a member. For a
   draw a chapter wants to control, draw (K, ...) outside the stack and pass it in as an input.
@@ -118,11 +122,13 @@ class _Members(nn.Module):
     def __len__(self) -> int:
         return self.members
 
-    def on_all(self, x: torch.Tensor) -> torch.Tensor:
-        """Every member on the same x (B, ...): (K, B, ...) out, without copying x."""
-        if not isinstance(x, torch.Tensor):
-            raise TypeError(f"x must be a tensor; got {type(x).__name__}")
-        return self(x.expand(self.members, *x.shape))
+    def on_all(self, *inputs):
+        """Every member on the same inputs (B, ...) (each tensor expanded to (K, B, ...),
+        without a copy); `forward`'s output."""
+        expanded = [
+            x.expand(self.members, *x.shape) if isinstance(x, torch.Tensor) else x for x in inputs
+        ]
+        return self(*expanded)
 
     def member(self, k: int) -> nn.Module:
         """Member k as a plain module (its own class, dropout rate and trained tensors) in eval
@@ -140,13 +146,13 @@ class _Members(nn.Module):
         """Member k's parameters and buffers, by their names in the plain module."""
         raise NotImplementedError
 
-    def _check_input(self, x: torch.Tensor) -> None:
+    def _check_input(self, x, name: str = "x") -> None:
         if not isinstance(x, torch.Tensor):
-            raise TypeError(f"x must be a tensor (K, B, ...); got {type(x).__name__}")
+            raise TypeError(f"{name} must be a tensor (K, B, ...); got {type(x).__name__}")
         if x.dim() < 2 or x.shape[0] != self.members:
             raise ValueError(
-                f"x must have shape (K, B, ...) with K = {self.members} members (on_all(x) "
-                f"gives every member the same x); got {tuple(x.shape)}"
+                f"{name} must have shape (K, B, ...) with K = {self.members} members (on_all "
+                f"gives every member the same input); got {tuple(x.shape)}"
             )
 
 
@@ -300,20 +306,25 @@ class Stack(_Members):
         buffers = {n: getattr(self, f"buffer{i}") for i, n in enumerate(self._buffer_names)}
         return params, {**buffers, **self._keep}
 
-    def forward(self, x: torch.Tensor):
-        """x (K, B, ...) -> the members' outputs, stacked (K, ...)."""
-        self._check_input(x)
+    def forward(self, *inputs):
+        """inputs (K, B, ...) each (a tensor input of every member, stacked; other arguments
+        are passed to every member as they are) -> the members' outputs, stacked (K, ...)."""
+        for i, x in enumerate(inputs):
+            if isinstance(x, torch.Tensor):
+                self._check_input(x, f"inputs[{i}]")
         params, buffers = self._tensors()
         base = self._base[0]
         if self.members == 1:  # the member's own code on its own tensors: the plain run
             one = {n: t[0] for n, t in params.items()}, {n: t[0] for n, t in buffers.items()}
-            out = functional_call(base, one, (x[0],))
+            own = [x[0] if isinstance(x, torch.Tensor) else x for x in inputs]
+            out = functional_call(base, one, tuple(own))
             return torch.utils._pytree.tree_map(lambda t: t.unsqueeze(0), out)
 
-        def run(params, buffers, x):
-            return functional_call(base, (params, buffers), (x,))
+        def run(params, buffers, *inputs):
+            return functional_call(base, (params, buffers), inputs)
 
-        return vmap(run, randomness="different")(params, buffers, x)
+        in_dims = (0, 0, *(0 if isinstance(x, torch.Tensor) else None for x in inputs))
+        return vmap(run, in_dims=in_dims, randomness="different")(params, buffers, *inputs)
 
     def _member_tensors(self, k: int) -> dict[str, torch.Tensor]:
         params, buffers = self._tensors()
@@ -589,17 +600,23 @@ def train(
     """Make `steps` updates of every member of `stack` through the book's loop
     (`training.train`) and return each member's History.
 
-    `losses_of_update(i)` returns the members' losses of update i, (K,): member k's own loss,
-    from its own batch. One backward of their sum gives each member its own gradient (members
-    share no parameter); `optimizer` (`together.Adam` or `together.SGD`) updates each at its own
-    rate, after clipping each member's gradient norm at `clip` (when given) on its own. A member
-    whose loss stops being finite stops updating (its History's `diverged`); the others carry
-    on. Every `eval_every` updates and after the last, `evaluate()` runs in eval mode without
-    gradients and returns per-member metrics ({name: (K,) values}); member k's History logs its
-    values and its training loss of that update as "loss", as `training.train` logs one run's.
+    `stack` is an `MLPStack` or a `Stack`, or a hand-written stacked module with a `members`
+    count (K) whose parameters all lead with the member axis. `losses_of_update(i)` returns the
+    members' losses of update i, (K,): member k's own loss, from its own batch. One backward of
+    their sum gives each member its own gradient (members share no parameter); `optimizer`
+    (`together.Adam` or `together.SGD`) updates each at its own rate, after clipping each
+    member's gradient norm at `clip` (when given) on its own. A member whose loss stops being
+    finite stops updating (its History's `diverged`); the others carry on. Every `eval_every`
+    updates and after the last, `evaluate()` runs in eval mode without gradients and returns
+    per-member metrics ({name: (K,) values}); member k's History logs its values and its
+    training loss of that update as "loss", as `training.train` logs one run's.
     """
-    if not isinstance(stack, _Members):
-        raise TypeError(f"stack must be a together.MLPStack or Stack; got {type(stack).__name__}")
+    if not isinstance(stack, nn.Module) or not hasattr(stack, "members"):
+        raise TypeError(
+            "stack must be a together.MLPStack or Stack (or a module with a `members` count); "
+            f"got {type(stack).__name__}"
+        )
+    checks.integer("stack.members", stack.members)
     if not isinstance(optimizer, _MemberOptimizer):
         raise TypeError(
             f"optimizer must be a together.Adam or together.SGD (a learning rate per member); "

@@ -422,3 +422,83 @@ def test_bad_inputs_and_hyper_parameters_are_refused():
 
     with pytest.raises(ValueError, match="one value a member"):
         together.train(stack, optimizer, losses_of_update, 3, evaluate=lambda: {"a": [1.0]})
+
+
+# -- what chapters with other architectures need ---------------------------------------------------
+
+
+class Recurrent(nn.Module):
+    """A small recurrent net with two inputs: sequences (B, T, D) and a first state (B, H)."""
+
+    def __init__(self):
+        super().__init__()
+        self.inputs, self.state = nn.Linear(D, H), nn.Linear(H, H, bias=False)
+        self.dropout, self.out = nn.Dropout(0.2), nn.Linear(H, C)
+
+    def forward(self, x, h):
+        for t in range(x.shape[1]):  # h_t = tanh(W x_t + U h_{t-1} + b)
+            h = torch.tanh(self.inputs(x[:, t]) + self.state(h))
+        return self.out(self.dropout(h))
+
+
+def test_a_stack_takes_several_inputs_and_matches_each_members_own_forward():
+    with training.seeded(0):
+        members = [Recurrent() for _ in range(3)]
+    x, h = torch.randn(3, 4, 5, D, generator=gen(1)), torch.randn(3, 4, H, generator=gen(2))
+    stack = together.Stack(members, masks=gen(3))
+    out = stack.eval()(x, h)
+    for k, member in enumerate(members):
+        torch.testing.assert_close(out[k], member.eval()(x[k], h[k]))
+    trained = stack.train()(x, h)
+    for k, member in enumerate(members):
+        own = alone(member, k, 3, masks_seed=3).train()(x[k], h[k])
+        torch.testing.assert_close(trained[k], own)
+    assert stack.on_all(x[0], h[0]).shape == (3, 4, C)
+
+
+def test_per_member_rates_per_parameter_group_match_torch_optim():
+    first, second = torch.randn(2, 4, generator=gen(0)), torch.randn(2, 3, generator=gen(1))
+    a, b = nn.Parameter(first.clone()), nn.Parameter(second.clone())
+    groups = [{"params": [a], "lr": [0.1, 0.2]}, {"params": [b], "lr": 0.05, "weight_decay": 0.1}]
+    optimizer = together.Adam(groups, weight_decay=[0.0, 0.3])
+    own = [[nn.Parameter(first[k].clone()), nn.Parameter(second[k].clone())] for k in range(2)]
+    references = [
+        torch.optim.Adam(
+            [
+                {"params": [own[k][0]], "lr": [0.1, 0.2][k], "weight_decay": [0.0, 0.3][k]},
+                {"params": [own[k][1]], "lr": 0.05, "weight_decay": 0.1},
+            ]
+        )
+        for k in range(2)
+    ]
+    for step in range(5):
+        grads = torch.randn(2, 4, generator=gen(10 + step)), torch.randn(2, 3, generator=gen(step))
+        a.grad, b.grad = grads[0].clone(), grads[1].clone()
+        optimizer.step()
+        for k in range(2):
+            own[k][0].grad, own[k][1].grad = grads[0][k].clone(), grads[1][k].clone()
+            references[k].step()
+    for k in range(2):
+        assert torch.equal(a[k], own[k][0]) and torch.equal(b[k], own[k][1])
+
+
+def test_a_hand_written_stack_trains_through_the_loop():
+    class Scales(nn.Module):  # K linear models y = w x, one weight a member
+        members = 3
+
+        def __init__(self):
+            super().__init__()
+            self.w = nn.Parameter(torch.zeros(3))
+
+    model = Scales()
+    x = torch.linspace(-1, 1, 8)
+    target = torch.tensor([1.0, 2.0, 3.0]).unsqueeze(1) * x
+
+    def losses_of_update(i):
+        return ((model.w.unsqueeze(1) * x - target) ** 2).mean(1)
+
+    histories = together.train(
+        model, together.SGD(model.parameters(), lr=0.5), losses_of_update, 60
+    )
+    torch.testing.assert_close(model.w.detach(), torch.tensor([1.0, 2.0, 3.0]))
+    assert len(histories) == 3 and histories[2]["loss"][-1] < 1e-6
