@@ -430,6 +430,32 @@ class _MemberOptimizer(torch.optim.Optimizer):
             decay = _per_member("weight_decay", group["weight_decay"], self.members)
             group["weight_decay"] = decay
 
+    @torch.no_grad()
+    def step(
+        self, closure=None, *, active: torch.Tensor | None = None, max_norm: float | None = None
+    ) -> None:
+        """One update of every active member (`active`: (K,) bools; None: all), each member's
+        gradient first clipped at `max_norm` on its own (when given)."""
+        if closure is not None:
+            raise ValueError(f"together.{type(self).__name__} takes no closure")
+        if active is not None:
+            checks.tensor("active", active, "(K,)", K=self.members, dtype=torch.bool)
+        if max_norm is not None:
+            self._clip(max_norm)
+        for group in self.param_groups:
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                grad = p.grad
+                if group["weight_decay"].any():
+                    # g + lambda_k theta: torch's coupled weight decay, a lambda a member
+                    grad = torch.addcmul(grad, p, _along(group["weight_decay"], p))
+                self._update(p, grad, group, active)
+
+    def _update(self, p: torch.Tensor, grad: torch.Tensor, group: dict, active) -> None:
+        """Move the active members of p along their (decayed) gradient."""
+        raise NotImplementedError
+
     def _clip(self, max_norm: float) -> None:
         """Each member's gradient scaled as `nn.utils.clip_grad_norm_` scales a run's: by
         max_norm / (||g_k|| + 1e-6), at most 1, ||g_k|| the norm of all of member k's
@@ -482,38 +508,19 @@ class Adam(_MemberOptimizer):
             params, {"lr": lr, "betas": tuple(betas), "eps": eps, "weight_decay": weight_decay}
         )
 
-    @torch.no_grad()
-    def step(
-        self, closure=None, *, active: torch.Tensor | None = None, max_norm: float | None = None
-    ):
-        """One update of every active member (`active`: (K,) bools; None: all)."""
-        if closure is not None:
-            raise ValueError("together.Adam takes no closure")
-        if max_norm is not None:
-            self._clip(max_norm)
-        for group in self.param_groups:
-            (beta1, beta2), eps = group["betas"], group["eps"]
-            for p in group["params"]:
-                if p.grad is None:
-                    continue
-                state = self.state[p]
-                if not state:
-                    state["step"] = 0
-                    state["exp_avg"] = torch.zeros_like(p)
-                    state["exp_avg_sq"] = torch.zeros_like(p)
-                state["step"] += 1
-                step, exp_avg, exp_avg_sq = state["step"], state["exp_avg"], state["exp_avg_sq"]
-                grad = p.grad
-                if group["weight_decay"].any():
-                    # g + lambda_k theta (torch's coupled decay)
-                    grad = torch.addcmul(grad, p, _along(group["weight_decay"], p))
-                # m <- beta1 m + (1 - beta1) g;  v <- beta2 v + (1 - beta2) g^2
-                exp_avg.lerp_(grad, 1 - beta1)
-                exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
-                # theta <- theta - lr_k / (1 - beta1^t) m / (sqrt(v / (1 - beta2^t)) + eps)
-                step_size = _along(group["lr"] / (1 - beta1**step), p)
-                denom = (exp_avg_sq.sqrt() / (1 - beta2**step) ** 0.5).add_(eps)
-                p.add_(_only(active, (-step_size) * exp_avg / denom))
+    def _update(self, p: torch.Tensor, grad: torch.Tensor, group: dict, active) -> None:
+        (beta1, beta2), eps, state = group["betas"], group["eps"], self.state[p]
+        if not state:
+            state.update(step=0, exp_avg=torch.zeros_like(p), exp_avg_sq=torch.zeros_like(p))
+        state["step"] += 1
+        step, exp_avg, exp_avg_sq = state["step"], state["exp_avg"], state["exp_avg_sq"]
+        # m <- beta1 m + (1 - beta1) g;  v <- beta2 v + (1 - beta2) g^2
+        exp_avg.lerp_(grad, 1 - beta1)
+        exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
+        # theta <- theta - lr_k / (1 - beta1^t) m / (sqrt(v / (1 - beta2^t)) + eps)
+        step_size = _along(group["lr"] / (1 - beta1**step), p)
+        denom = (exp_avg_sq.sqrt() / (1 - beta2**step) ** 0.5).add_(eps)
+        p.add_(_only(active, (-step_size) * exp_avg / denom))
 
 
 class SGD(_MemberOptimizer):
@@ -532,34 +539,18 @@ class SGD(_MemberOptimizer):
         defaults = {"lr": lr, "momentum": momentum, "weight_decay": weight_decay}
         super().__init__(params, {**defaults, "dampening": dampening, "nesterov": nesterov})
 
-    @torch.no_grad()
-    def step(
-        self, closure=None, *, active: torch.Tensor | None = None, max_norm: float | None = None
-    ):
-        """One update of every active member (`active`: (K,) bools; None: all)."""
-        if closure is not None:
-            raise ValueError("together.SGD takes no closure")
-        if max_norm is not None:
-            self._clip(max_norm)
-        for group in self.param_groups:
-            momentum, dampening = group["momentum"], group["dampening"]
-            for p in group["params"]:
-                if p.grad is None:
-                    continue
-                grad = p.grad
-                if group["weight_decay"].any():
-                    grad = torch.addcmul(grad, p, _along(group["weight_decay"], p))
-                if momentum != 0:
-                    # b <- mu b + (1 - dampening) g (b = g at the first step)
-                    state = self.state[p]
-                    if "momentum_buffer" not in state:
-                        state["momentum_buffer"] = grad.detach().clone()
-                    else:
-                        state["momentum_buffer"].mul_(momentum).add_(grad, alpha=1 - dampening)
-                    buf = state["momentum_buffer"]
-                    grad = grad.add(buf, alpha=momentum) if group["nesterov"] else buf
-                # theta <- theta - lr_k g
-                p.addcmul_(_only(active, grad), _along(-group["lr"], p))
+    def _update(self, p: torch.Tensor, grad: torch.Tensor, group: dict, active) -> None:
+        momentum, state = group["momentum"], self.state[p]
+        if momentum != 0:
+            # b <- mu b + (1 - dampening) g (b = g at the first step)
+            if "momentum_buffer" not in state:
+                state["momentum_buffer"] = grad.detach().clone()
+            else:
+                state["momentum_buffer"].mul_(momentum).add_(grad, alpha=1 - group["dampening"])
+            buf = state["momentum_buffer"]
+            grad = grad.add(buf, alpha=momentum) if group["nesterov"] else buf
+        # theta <- theta - lr_k g
+        p.addcmul_(_only(active, grad), _along(-group["lr"], p))
 
 
 def _only(active: torch.Tensor | None, update: torch.Tensor) -> torch.Tensor:

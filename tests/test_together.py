@@ -404,6 +404,8 @@ def test_bad_inputs_and_hyper_parameters_are_refused():
         together.Adam([nn.Parameter(torch.zeros(2, 3)), nn.Parameter(torch.zeros(3))])
     with pytest.raises(ValueError, match="momentum"):
         together.SGD(stack.parameters(), lr=0.1, momentum=1.0)
+    with pytest.raises(ValueError, match=r"active must have shape \(K,\) with K = 2"):
+        together.SGD(stack.parameters(), lr=0.1).step(active=torch.ones(3, dtype=torch.bool))
     other = together.Adam(together.MLPStack([mlp(0)]).parameters())
     with pytest.raises(ValueError, match="1 members, the stack 2"):
         together.train(stack, other, lambda i: torch.zeros(2), 3)
