@@ -328,7 +328,7 @@ def test_the_paired_difference_and_the_later_episodes_of_each_chain():
     with pytest.raises(ValueError):
         experiment.paired_difference(a[:1], b[:1])
     losses = torch.arange(14.0).view(2, 7)
-    episodes = experiment.Episodes(losses, torch.zeros(2, 7, 4, 4))
+    episodes = experiment.Episodes(losses, torch.zeros(2, 7, 4, 4), torch.zeros(2, 7, 4))
     torch.testing.assert_close(experiment.later_per_chain(episodes), losses[:, 1:].mean(1))
 
 
@@ -341,3 +341,106 @@ def test_step_size_parts_split_the_diagonal_the_rest_of_w_and_b():
     assert experiment.step_size_parts(learner) == [pytest.approx((3.0, 2.0, 7.0))]
     scalar = ca.MetaLearner(inner_steps=2, step_size=0.4, per_coordinate=False)
     assert experiment.step_size_parts(scalar) == [pytest.approx((0.4, 0.4, 0.4))] * 2
+
+
+# -- arms trained together, and the reactive baselines ---------------------------------------------
+
+
+def test_runs_trained_together_are_the_runs_trained_alone():
+    options = {"seed": 0, "iterations": 30, "goals": 8, "chains_per_update": 4}
+    together = experiment.meta_train_together(lrs=(0.05, 0.3), per_coordinate=False, **options)
+    for lr, run in zip((0.05, 0.3), together, strict=True):
+        alone = experiment.meta_train(lr=lr, per_coordinate=False, **options)
+        for name in ("W", "b", "alpha"):
+            torch.testing.assert_close(getattr(run.model, name), getattr(alone.model, name))
+    # the two rates moved theta apart: each run had its own learning rate
+    assert not torch.allclose(together[0].model.W, together[1].model.W)
+    maml = experiment.meta_train_together(
+        lrs=(0.05, 0.3), next_task=False, own_copy=True, **options
+    )
+    alone = experiment.same_task_meta_train(lr=0.3, **options)
+    torch.testing.assert_close(maml[1].model.alpha, alone.model.alpha)
+    with pytest.raises(ValueError, match="own_copy"):
+        experiment.meta_train_together(lrs=(0.1,), own_copy=True, **options)
+    with pytest.raises(ValueError, match="lrs"):
+        experiment.meta_train_together(lrs=(0.1, -1.0), **options)
+
+
+def test_fixed_step_sizes_stay_fixed_when_trained_together():
+    runs = experiment.meta_train_together(
+        seed=0, lrs=(0.1, 0.3), iterations=5, goals=4, learn_step_sizes=False, step_size=0.2
+    )
+    for run in runs:
+        assert torch.equal(run.model.alpha, torch.full_like(run.model.alpha, 0.2))
+
+
+def test_the_refit_is_the_exact_fit_of_the_last_episode_nearest_the_parameters():
+    chains = experiment.task_chains(5, goals=32, generator=gen(31))
+    W, b = torch.randn(5, 4, 4, generator=gen(32)), torch.randn(5, 4, generator=gen(33))
+    fitted_W, fitted_b = experiment._refit(W, b, chains.goals[:, 3], chains.scales[:, 3])
+    # 32 goals pin the policy down: the fit is diag(1 / s), b = 0, whatever the start
+    torch.testing.assert_close(
+        fitted_W, torch.diag_embed(1 / chains.scales[:, 3]), atol=1e-4, rtol=0
+    )
+    torch.testing.assert_close(fitted_b, torch.zeros(5, 4), atol=1e-4, rtol=0)
+    # with 2 goals (8 equations, 20 parameters) it fits them exactly and moves theta no further:
+    # the step is orthogonal to every direction the goals leave free
+    few = experiment.task_chains(5, goals=2, generator=gen(34))
+    goals, scales = few.goals[:, 0], few.scales[:, 0]
+    fitted_W, fitted_b = experiment._refit(W, b, goals, scales)
+    assert ca.task_loss(fitted_W, fitted_b, goals, scales).max() < 1e-8
+    theta = torch.cat([W.flatten(1), b], 1)
+    step = torch.cat([fitted_W.flatten(1), fitted_b], 1) - theta
+    rows = torch.cat([goals, torch.ones(5, 2, 1)], -1)  # row j of [W b] sees [g 1] for each goal
+    free = torch.linalg.svd(rows).Vh[:, 2:]  # (5, 3, 5): directions no goal sees, per row of W
+    step_rows = step[:, :16].view(5, 4, 4)
+    step_rows = torch.cat([step_rows, step[:, 16:].unsqueeze(-1)], -1)  # (5, 4, 5): [W b] rows
+    assert (step_rows @ free.transpose(-1, -2)).abs().max() < 1e-4
+
+
+def test_tracking_restarted_and_refit_runs():
+    policy, chains = experiment.Policy(), experiment.task_chains(6, goals=32, generator=gen(35))
+    restarted = experiment.run_chains(policy, chains, adaptation="restarted", tracking_lr=0.2)
+    start_W, start_b = policy.W.detach(), policy.b.detach()
+    for i in range(1, 7):  # always from the policy's own parameters
+        W, b = experiment._gradient_steps(
+            start_W.expand(6, -1, -1),
+            start_b.expand(6, -1),
+            chains.goals[:, i - 1],
+            chains.scales[:, i - 1],
+            0.2,
+            3,
+        )
+        torch.testing.assert_close(restarted.weights[:, i], W)
+        torch.testing.assert_close(restarted.biases[:, i], b)
+    refit = experiment.run_chains(policy, chains, adaptation="refit")
+    exact = torch.diag_embed(1 / chains.scales[:, :-1])
+    torch.testing.assert_close(refit.weights[:, 1:], exact, atol=1e-4, rtol=0)
+    # the refit runs each episode's exact fit one episode late: it misses by (s_i+1 / s_i - 1) g
+    miss = chains.scales[:, 1:] / chains.scales[:, :-1] - 1
+    expected = (chains.goals[:, 1:] * miss.unsqueeze(2)).pow(2).sum(-1).mean(-1)
+    torch.testing.assert_close(refit.losses[:, 1:], expected, atol=1e-5, rtol=1e-4)
+
+
+def test_extrapolation_follows_the_trend_or_overshoots_from_the_start():
+    c, e = 3, 5
+    chains = experiment.task_chains(c, episodes=e, goals=4, generator=gen(36))
+    W, b = randn(c, e, 4, 4, seed=37).float(), randn(c, e, 4, seed=38).float()
+    run = experiment.Episodes(torch.zeros(c, e), W, b)
+    trend = experiment.extrapolated(run, chains, 1.5)
+    torch.testing.assert_close(trend.weights[:, :2], W[:, :2])  # no trend before two fits
+    for i in range(2, e):  # P_i + beta (P_i - P_(i-1))
+        torch.testing.assert_close(trend.weights[:, i], W[:, i] + 1.5 * (W[:, i] - W[:, i - 1]))
+        torch.testing.assert_close(trend.biases[:, i], b[:, i] + 1.5 * (b[:, i] - b[:, i - 1]))
+        loss = ca.task_loss(
+            trend.weights[:, i], trend.biases[:, i], chains.goals[:, i], chains.scales[:, i]
+        )
+        torch.testing.assert_close(trend.losses[:, i], loss)
+    ahead = experiment.extrapolated(run, chains, 0.5, since="start")
+    torch.testing.assert_close(ahead.weights[:, 0], W[:, 0])
+    for i in range(1, e):  # P_i + beta (P_i - P_1), P_1 the start it runs in episode 1
+        torch.testing.assert_close(ahead.weights[:, i], W[:, i] + 0.5 * (W[:, i] - W[:, 0]))
+    with pytest.raises(ValueError, match="since"):
+        experiment.extrapolated(run, chains, 1.0, since="first")
+    with pytest.raises(ValueError, match="biases"):
+        experiment.extrapolated(experiment.Episodes(run.losses, W), chains, 1.0)

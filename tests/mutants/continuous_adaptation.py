@@ -48,7 +48,7 @@ def chained_from_the_previous_phi():
         if adaptation != "meta":
             return original(policy, chains, adaptation=adaptation, **kwargs)
         c, e = chains.scales.shape[:2]
-        losses, weights = [], []
+        losses, weights, biases = [], [], []
         W, b = policy.W.detach().expand(c, -1, -1), policy.b.detach().expand(c, -1)
         for i in range(e):
             if i > 0:
@@ -62,7 +62,9 @@ def chained_from_the_previous_phi():
                 W, b = W0.detach(), b0.detach()
             losses.append(m.task_loss(W, b, chains.goals[:, i], chains.scales[:, i]).detach())
             weights.append(W)
-        return experiment.Episodes(torch.stack(losses, 1), torch.stack(weights, 1))
+            biases.append(b)
+        stacked = (torch.stack(x, 1) for x in (losses, weights, biases))
+        return experiment.Episodes(*stacked)
 
     experiment.run_chains = run_chains
 
