@@ -4,6 +4,7 @@ top, one section a chapter, each claim's evidence folded into its row."""
 import json
 
 import book
+import mutation_records
 import scoreboard
 import seeds_and_mutants
 
@@ -57,8 +58,21 @@ def seeds_entry(path, *held, margins=None):
     return {"hash": seeds_and_mutants.content_hash(path), "claims": rows}
 
 
-def test_the_summary_counts_every_status_and_each_chapter_gets_a_section(tmp_path):
+def test_the_summary_counts_every_status_and_each_chapter_gets_a_section(tmp_path, monkeypatch):
     first, *others = [p.stem for p in CHAPTERS]
+    mutation = tmp_path / "mutation"  # make mutate's record of the first paper, and its triage
+    monkeypatch.setattr(mutation_records, "RECORDS", mutation)
+    survivor = {"outcome": "survived", "function": "f", "diff": []}
+    mutation_records.write(
+        {
+            "chapter": first,
+            "hash": "old",
+            "killed": ["f/1", "f/2", "f/3"],
+            "mutants": [{"id": "f/4", **survivor}, {"id": "f/5", **survivor}],
+        },
+        mutation,
+    )
+    (mutation / f"{first}.yml").write_text('equivalent:\n  f/5: "the same value"\n')
     write_records(
         tmp_path / "records",
         {
@@ -117,7 +131,9 @@ def test_the_summary_counts_every_status_and_each_chapter_gets_a_section(tmp_pat
         '<td data-label="the headline&#x27;s strongest null, and its margin over it">'
         "untrained (+44%)</td>"
         '<td data-label="rows on 4 of 5 seeds">2/2</td>'
-        '<td data-label="broken mechanisms caught">1/2*</td><td data-label="run time">12 s</td>'
+        '<td data-label="broken mechanisms caught">1/2*</td>'
+        '<td data-label="mutation score: mutants of the paper&#x27;s code its unit tests kill '
+        '(make mutate)">75.0%*</td><td data-label="run time">12 s</td>'
     )
     assert row in page and "* stale: the chapter changed since" in page
     assert page.count("<svg") == 1 and page.count('class="pn-scoreboard"') == len(CHAPTERS)
@@ -135,6 +151,11 @@ def test_the_summary_counts_every_status_and_each_chapter_gets_a_section(tmp_pat
     assert "**The headline (the first claim of the paper) catches none of the broken" in page
     assert f"Headlines that catch no broken mechanism: 1 of {checked} chapters ({first})." in page
     assert "caught 1 of 2 (stale: the chapter changed since)." in page
+    assert (
+        "5 mutants of the paper's mechanism and experiment; killed by its unit tests 3, "
+        "surviving 1, equivalent 1: score 75.0% (stale: the paper's code or tests changed since)."
+    ) in page
+    assert page.count("Mutation testing (`make mutate`): not run.") == len(others)
     assert "- stats never updated (caught)\n- m2 (survived)" in page
     assert page.count("Broken mechanisms: not run.") == len(others)
     assert "The claims standard: headline beats its nulls: yes; bounds from the paper 0" in page

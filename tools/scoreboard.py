@@ -23,6 +23,7 @@ from collections import Counter
 from pathlib import Path
 
 import book
+import mutation_records
 import seeds_and_mutants
 import sweep_records
 
@@ -109,6 +110,7 @@ def summary(path: Path, record: dict | None, result: dict) -> dict:
             },
             "unsourced": sum(c.get("op") is not None and not c.get("bound_from") for c in claims),
             "seconds": record["seconds"],
+            "mutation": mutation_text(path.stem),
         }
     )
     return found
@@ -236,6 +238,7 @@ OVERVIEW_COLUMNS = [
     ("strongest null", "the headline's strongest null, and its margin over it"),
     ("seeds 4/5", "rows on 4 of 5 seeds"),
     ("caught", "broken mechanisms caught"),
+    ("mutation", "mutation score: mutants of the paper's code its unit tests kill (make mutate)"),
     ("time", "run time"),
 ]
 
@@ -262,7 +265,7 @@ def overview_table(summaries: list[dict]) -> str:
     for s in summaries:
         link = f'<a href="chapters/{s["slug"]}.html">{html.escape(s["name"])}</a>'
         if not s["record"]:
-            cells = [link, *[""] * 5, "not executed in this build", "", "", ""]
+            cells = [link, *[""] * 5, "not executed in this build", "", "", "", ""]
         else:
             counts = s["counts"]
             cells = [
@@ -275,6 +278,7 @@ def overview_table(summaries: list[dict]) -> str:
                 html.escape(strongest_null_text(s)),
                 _fraction(s["seeds"], s["seeds_stale"]),
                 _fraction(s["caught"], s["mutants_stale"]),
+                html.escape(s["mutation"]),
                 f"{s['seconds']:.0f} s",
             ]
         tds = "".join(
@@ -282,9 +286,13 @@ def overview_table(summaries: list[dict]) -> str:
             for (_, long), cell in zip(OVERVIEW_COLUMNS, cells, strict=True)
         )
         rows.append(f"<tr>{tds}</tr>")
-    stale = any(s.get("seeds_stale") or s.get("mutants_stale") for s in summaries)
+    stale = any(
+        s.get("seeds_stale") or s.get("mutants_stale") or s.get("mutation", "").endswith("*")
+        for s in summaries
+    )
     note = (
-        '<p class="pn-note">* stale: the chapter changed since its seeds or mutants ran.</p>'
+        '<p class="pn-note">* stale: the chapter changed since its seeds or mutants ran (the '
+        "mutation score: its paper's code or unit tests, since <code>make mutate</code>).</p>"
         if stale
         else ""
     )
@@ -361,6 +369,7 @@ def chapter_section(path: Path, record: dict | None, result: dict, numbers: dict
         f"(seed {record['seed']}).",
         "",
         *_mutants_lines(mutants, current),
+        *_mutation_lines(slug),
         "",
         *_standard_lines(numbers),
         *_headline_lines(record, mutants),
@@ -507,6 +516,36 @@ def short_name(path: Path) -> str:
     if len(slug) <= 5 and "_" not in slug:
         return slug.upper()
     return slug.replace("_", " ").capitalize()
+
+
+def mutation_text(slug: str) -> str:
+    """A paper's mutation score for the overview: its percentage, starred where stale."""
+    folder = mutation_records.RECORDS
+    found = mutation_records.score_of(slug, folder)
+    if found is None:
+        return "not run"
+    stale = mutation_records.load(slug, folder)["hash"] != mutation_records.source_hash(slug)
+    return mutation_records.percent(found["score"]) + ("*" if stale else "")
+
+
+def _mutation_lines(slug: str) -> list[str]:
+    """What `make mutate` found: the paper's code mutated against its unit tests."""
+    folder = mutation_records.RECORDS
+    record = mutation_records.load(slug, folder)
+    if not record:
+        return ["", "Mutation testing (`make mutate`): not run."]
+    found = mutation_records.scored(record, mutation_records.load_triage(slug, folder))
+    c = found["counts"]
+    stale = record["hash"] != mutation_records.source_hash(slug)
+    return [
+        "",
+        f"Mutation testing (`make mutate`): {c['mutants']} mutants of the paper's mechanism "
+        f"and experiment; killed by its unit tests {c['killed'] + c['crashed'] + c['timeout']}, "
+        f"surviving {c['survived'] + c['no tests']}, equivalent {c['equivalent']}: score "
+        f"{mutation_records.percent(found['score'])}"
+        + (" (stale: the paper's code or tests changed since)" if stale else "")
+        + ".",
+    ]
 
 
 def _mutants_lines(mutants: dict | None, current: str) -> list[str]:
