@@ -29,6 +29,14 @@ def offset(x):
 
 def shifted(x, by=3):
     return x - checks.integer("by", by)
+
+
+def labelled(x, desc="doubling"):
+    return shown(x * 2, desc=desc)
+
+
+def shown(value, desc):
+    return value
 '''
 
 CHECKS = """\
@@ -108,14 +116,22 @@ def test_identical_mutations_in_one_function_are_told_apart(tmp_path):
     assert any(i.endswith(".2") for i in ids)
 
 
-def test_the_exclusion_rule_leaves_out_checks_raises_and_guards_only(tmp_path):
+def test_the_exclusion_rule_leaves_out_checks_raises_guards_and_labels_only(tmp_path):
     found = mutants(PAPER, tmp_path)
     left_out = {" / ".join(m.diff) for m in found if m.excluded}
     kept = {" / ".join(m.diff) for m in found if not m.excluded}
     assert left_out
-    for diff in left_out:  # inside a check, a raise or a guard's condition
-        assert "checks.integer(" in diff or "raise" in diff or "if x" in diff, diff
+    for diff in left_out:  # inside a check, a raise, a guard's condition or a progress label
+        assert any(part in diff for part in ("checks.integer(", "raise", "if x", "desc")), diff
     assert any("if x" in d for d in left_out)
+    # the label: its default changed, the argument set to None or dropped
+    assert (
+        '- def labelled(x, desc="doubling"): / + def labelled(x, desc="XXdoublingXX"):' in left_out
+    )
+    assert "- return shown(x * 2, desc=desc) / + return shown(x * 2, desc=None)" in left_out
+    assert "- return shown(x * 2, desc=desc) / + return shown(x * 2, )" in left_out
+    assert "- return shown(x * 2, desc=desc) / + return shown(x / 2, desc=desc)" in kept
+    assert "- return shown(x * 2, desc=desc) / + return shown(None, desc=desc)" in kept
     # what lies outside them is mutated: the assignment of the checked value, the arithmetic
     # on a line that also checks an argument, the paper's own arithmetic
     assert '- factor = checks.integer("factor", factor) / + factor = None' in kept

@@ -9,10 +9,11 @@
 `papernotes/<slug>/experiment.py` (its data, runs, measurements and nulls: what the claims rest
 on), every function and method, less the experiment's drawing functions (`draw_*`, `plot_*`).
 
-**What is left out (the exclusion rule).** Argument checks and their messages: a call of the
-shared checks (`checks.<name>(...)`, its arguments included), a `raise` statement (the exception
-and its message), and the condition of an `if` whose body only raises (a hand-written argument
-check). Only what lies inside them is left out: `n = checks.integer("n", n)` still becomes
+**What is left out (the exclusion rule).** Argument checks and messages: a call of the shared
+checks (`checks.<name>(...)`, its arguments included), a `raise` statement (the exception and its
+message), the condition of an `if` whose body only raises (a hand-written argument check), and a
+progress bar's label (a `desc=` argument changed, set to None or dropped, a `desc` parameter's
+default). Only what lies inside them is left out: `n = checks.integer("n", n)` still becomes
 `n = None`, and `torch.randn(checks.integer(...))` still loses its argument. mutmut leaves out
 docstrings, type annotations and decorators itself.
 
@@ -66,6 +67,7 @@ BIN = Path(sys.executable).parent
 TIMEOUT_MULTIPLIER = 10.0
 TIMEOUT_CONSTANT_S = 20.0
 DRAWING = ("draw_", "plot_")
+LABEL = "desc"  # a progress bar's label (papernotes.training.progress): a message
 COPIED = ("papernotes", "tests", "tools", "conftest.py")
 # mutmut's exit codes (mutmut.stats.status_by_exit_code) as the record's outcomes: a segfault
 # fails the tests (killed); SIGKILL (-9) is the hard CPU limit's second after SIGXCPU (timeout).
@@ -159,7 +161,8 @@ def inside(work: Path):
 
 def excluded_nodes(module) -> set[int]:
     """The ids of the nodes the exclusion rule leaves out: `checks.<name>(...)` calls, `raise`
-    statements, and the condition of an `if` that only raises, each with everything inside."""
+    statements, the condition of an `if` that only raises, and a progress bar's label (the value
+    of a `desc=` argument, the default of a `desc` parameter), each with everything inside."""
     import libcst as cst
 
     found: set[int] = set()
@@ -182,6 +185,14 @@ def excluded_nodes(module) -> set[int]:
         def visit_Raise(self, node) -> None:
             take(node)
 
+        def visit_Arg(self, node) -> None:
+            if node.keyword is not None and node.keyword.value == LABEL:
+                take(node.value)
+
+        def visit_Param(self, node) -> None:
+            if node.name.value == LABEL and node.default is not None:
+                take(node.default)
+
         def visit_If(self, node) -> None:
             body = node.body.body
             statements = [
@@ -198,6 +209,26 @@ def excluded_nodes(module) -> set[int]:
 
     module.visit(Finder())
     return found
+
+
+def changes_only_the_label(mutation) -> bool:
+    """Whether a mutation of a call only drops its `desc=` argument or sets it to None: a
+    progress bar's label, which nothing computes with (papernotes.training.progress)."""
+    import libcst as cst
+
+    before, after = mutation.original_node, mutation.mutated_node
+    if not (isinstance(before, cst.Call) and isinstance(after, cst.Call)):
+        return False
+
+    def args(call) -> list[str]:
+        return [
+            cst.Module([]).code_for_node(a.with_changes(comma=cst.MaybeSentinel.DEFAULT))
+            for a in call.args
+        ]
+
+    kept = args(after)
+    changed = [a for a in args(before) if a not in kept or kept.remove(a)]
+    return bool(changed) and all(a.startswith(f"{LABEL}=") for a in changed)
 
 
 def owners(module) -> dict[int, tuple[str, str | None]]:
@@ -263,7 +294,8 @@ def mutants_of_file(path: str) -> list[Mutant]:
                 file=path,
                 function=qualname,
                 diff=diff,
-                excluded=id(mutation.original_node) in leave_out,
+                excluded=id(mutation.original_node) in leave_out
+                or changes_only_the_label(mutation),
             )
         )
     return mutants
