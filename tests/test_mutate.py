@@ -287,3 +287,22 @@ def test_the_sweep_workflow_mutates_weekly_a_job_a_chapter_and_fails_on_a_drop()
     compare = jobs["compare-mutation"]
     assert compare["needs"] == ["plan", "mutate"] and compare["if"].startswith("always()")
     assert "tools/mutation_records.py compare _build/mutation" in compare["steps"][-1]["run"]
+
+
+def test_triage_rewrites_the_file_keeping_peoples_lines_and_adding_new_survivors(tmp_path):
+    survivor = {"outcome": "survived", "function": "f", "diff": ["- x = 1", "+ x = 2"]}
+    run = record(["f/1"], **{"f/2": "survived", "f/3": "survived"})
+    for m in run["mutants"]:
+        m.update(diff=survivor["diff"])
+    mutation_records.write(run, tmp_path)
+    triage_file(tmp_path, 'equivalent:\n  f/2: "x is never read"\n  f/9: "gone since"\n')
+    path = mutate.triage("tiny", folder=tmp_path)
+    listed = load_triage("tiny", tmp_path)
+    assert listed["equivalent"] == {"f/2": "x is never read", "f/9": "gone since"}
+    assert listed["open"] == {"f/3": ""}  # new, its line to be written
+    text = path.read_text()
+    assert '  # - x = 1\n  # + x = 2\n  f/3: ""\n' in text
+    assert "  # stale: the record has no such survivor now\n  f/9:" in text
+    mutate.triage("tiny", {"f/3": ("open", "unit test: pin x")}, folder=tmp_path)
+    assert load_triage("tiny", tmp_path)["open"] == {"f/3": "unit test: pin x"}
+    assert path.read_text().count("f/2:") == 1

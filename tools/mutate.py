@@ -512,27 +512,43 @@ def write_mutated(path: str) -> None:
     target.write_text(mutate_file_contents(path, Path(path).read_text()).code)
 
 
-def triage(slug: str) -> Path:
-    """Add the record's survivors that tests/mutation/<slug>.yml does not list yet, under
-    `open`, each with its diff as a comment and an empty line for what would kill it."""
-    record = mutation_records.load(slug)
+def triage(
+    slug: str, decided: dict[str, tuple[str, str]] | None = None, folder: Path | None = None
+) -> Path:
+    """Write tests/mutation/<slug>.yml afresh from the record and what it already says: every
+    survivor of the record under `equivalent` or `open`, with its diff as a comment above it, the
+    lines people wrote kept, the survivors nobody listed yet added under `open` with an empty line,
+    and entries the record no longer has kept at the end, marked stale. `decided` (id: (section,
+    line)) overrides the file's entries."""
+    folder = folder or mutation_records.RECORDS
+    record = mutation_records.load(slug, folder)
     if not record:
         raise SystemExit(f"{slug}: no record; run `make mutate CHAPTERS=chapters/{slug}.ipynb`")
-    path = mutation_records.triage_path(slug)
-    listed = mutation_records.load_triage(slug)
-    known = set(listed["equivalent"]) | set(listed["open"])
-    new = [
-        m
-        for m in record["mutants"]
-        if m["outcome"] in ("survived", "no tests") and m["id"] not in known
-    ]
-    text = path.read_text() if path.exists() else triage_header(slug)
-    if new and "\nopen:" not in "\n" + text:
-        text = text.rstrip("\n") + "\nopen:\n"
-    text = text.rstrip("\n") + "\n" + "".join(triage_entry(m, "") for m in new)
+    path = mutation_records.triage_path(slug, folder)
+    listed = mutation_records.load_triage(slug, folder)
+    entries = {
+        i: (kind, line) for kind in ("equivalent", "open") for i, line in listed[kind].items()
+    }
+    entries.update(decided or {})
+    survivors = [m for m in record["mutants"] if m["outcome"] in ("survived", "no tests")]
+    for mutant in survivors:
+        entries.setdefault(mutant["id"], ("open", ""))
+    diffs = {m["id"]: m["diff"] for m in survivors}
+    sections = {"equivalent": [], "open": []}
+    for mutant_id, (kind, line) in entries.items():
+        sections[kind].append(triage_entry(mutant_id, diffs.get(mutant_id), line))
+    text = triage_header(slug)
+    for kind in ("equivalent", "open"):
+        text += f"{kind}:\n" + "".join(sorted(sections[kind], key=_entry_order))
     path.write_text(text)
-    print(f"{path}: {len(new)} survivor(s) added under open")
+    added = sum(1 for m in survivors if m["id"] not in listed["equivalent"] | listed["open"])
+    print(f"{path}: {len(survivors)} survivor(s), {added} of them new (under open)")
     return path
+
+
+def _entry_order(entry: str) -> tuple:
+    # stale entries last, then in the record's order of functions: by the id's function and hash
+    return ("# stale" in entry, entry.split("\n")[-2].strip())
 
 
 def triage_header(slug: str) -> str:
@@ -543,14 +559,19 @@ def triage_header(slug: str) -> str:
         "(left out\n# of the score). open: a survivor still to kill; the line says what would "
         "kill it (a unit test\n# that pins ..., or a claim row: then a broken mechanism in "
         f"tests/mutants/{slug}.py).\n"
-        "# `python tools/mutate.py show SLUG ID` prints a mutant's diff in its function.\n"
-        "equivalent:\n"
+        f"# `.venv/bin/python tools/mutate.py show {slug} ID` prints a mutant in its function; "
+        f"`.venv/bin/python\n# tools/mutate.py triage {slug}` rewrites this file from the "
+        "record, keeping its lines.\n"
     )
 
 
-def triage_entry(mutant: dict, line: str) -> str:
-    comments = "".join(f"  # {d}\n" for d in mutant["diff"])
-    return f"{comments}  {mutant['id']}: {json.dumps(line)}\n"
+def triage_entry(mutant_id: str, diff: list[str] | None, line: str) -> str:
+    comments = (
+        "".join(f"  # {d}\n" for d in diff)
+        if diff is not None
+        else "  # stale: the record has no such survivor now\n"
+    )
+    return f"{comments}  {mutant_id}: {json.dumps(line, ensure_ascii=False)}\n"
 
 
 def main(argv=None) -> int:

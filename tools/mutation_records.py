@@ -22,8 +22,8 @@ experiment's), and eight hex digits of a hash of the changed lines' text before 
 that it survives edits elsewhere in the file (no line number, no counter). Identical mutations in
 one function get `.2`, `.3` after it.
 
-**The triage** (YAML, written by people; `tools/mutate.py triage` adds the new survivors) has two
-mappings from id to one line:
+**The triage** (YAML, written by people; `tools/mutate.py triage` rewrites it from the record,
+keeping its lines and adding new survivors under `open`) has two mappings from id to one line:
 
     equivalent:   # no test can tell it from the mechanism; the line says why, checkably
       reversal/0a1b2c3d: "device=None: the book runs on the CPU, torch's default device"
@@ -116,8 +116,11 @@ def load_triage(slug: str, folder: Path = RECORDS) -> dict[str, dict[str, str]]:
     triage = {kind: dict(data.get(kind) or {}) for kind in TRIAGE_KINDS}
     for kind, entries in triage.items():
         for mutant, line in entries.items():
-            if not isinstance(line, str) or not line.strip() or "\n" in line.strip():
-                raise ValueError(f"{path}: {kind} {mutant} needs one line saying why")
+            # an open survivor's line may wait to be written; an equivalent one's may not
+            if not isinstance(line, str) or "\n" in line.strip():
+                raise ValueError(f"{path}: {kind} {mutant} takes one line")
+            if kind == "equivalent" and not line.strip():
+                raise ValueError(f"{path}: equivalent {mutant} needs one line saying why")
     both = set(triage["equivalent"]) & set(triage["open"])
     if both:
         raise ValueError(f"{path}: listed as both equivalent and open: {sorted(both)}")
