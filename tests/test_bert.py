@@ -2,6 +2,7 @@
 papernotes.bert.experiment (the bracket language, pre-training, the probe and the
 measurements)."""
 
+import itertools
 import math
 
 import pytest
@@ -23,7 +24,7 @@ def within(share, p, n, k=5.0):
     return abs(share - p) <= k * math.sqrt(p * (1 - p) / n)
 
 
-# -- the masking ----------------------------------------------------------------------------------
+# -- the masking -----------------------------------------------------------------------------------
 
 
 def test_masking_fractions_are_the_papers_in_expectation():
@@ -148,7 +149,7 @@ def test_masking_z_counts_selected_among_eligible_and_the_rest_among_selected():
     assert experiment.masking_z(bare, expected)["mask"] > 100
 
 
-# -- the encoder ----------------------------------------------------------------------------------
+# -- the encoder -----------------------------------------------------------------------------------
 
 
 def encoder(causal, seed=0, max_len=26):
@@ -220,7 +221,7 @@ def test_encoder_rejects_bad_input():
         bert.Encoder(causal=1, vocab_size=VOCAB_SIZE)
 
 
-# -- the losses -----------------------------------------------------------------------------------
+# -- the losses ------------------------------------------------------------------------------------
 
 
 def test_mlm_loss_averages_over_the_selected_positions_only():
@@ -248,7 +249,7 @@ def test_ltr_loss_predicts_the_next_real_token():
     assert F.cross_entropy(model(tokens)[0, :1], tokens[0, 1:2]).item() > 0
 
 
-# -- the bracket language -------------------------------------------------------------------------
+# -- the bracket language --------------------------------------------------------------------------
 
 
 def test_dyck_sequences_are_balanced_and_framed():
@@ -284,7 +285,7 @@ def test_spell_writes_the_symbols_without_padding():
     assert experiment.spell(torch.tensor([CLS, o[1], c[1], SEP])) == "C[]S"
 
 
-# -- the right-to-left LM ------------------------------------------------------------------------
+# -- the right-to-left LM --------------------------------------------------------------------------
 
 
 def test_reversal_reads_each_sequence_backwards_and_twice_gives_it_back():
@@ -335,7 +336,7 @@ def test_mlm_loss_keeps_the_batch_it_masked():
     assert loss.item() == pytest.approx(bert.mlm_loss(model, tokens, gen(15)).item())
 
 
-# -- the probe ------------------------------------------------------------------------------------
+# -- the probe -------------------------------------------------------------------------------------
 
 
 def joints(n=400, seed=0, **kwargs):
@@ -460,38 +461,88 @@ def test_choose_breaks_ties_towards_the_middle_of_the_grid():
     assert experiment.choose({1: 0.9, 2: 0.88, 3: 0.5, 4: 0.5, 5: 0.5}, tolerance=0.03) == 2
 
 
-def problem(n=600, seed=19):
-    x = torch.randn(n, 5, generator=gen(seed))
+def test_one_standard_error_is_agresti_and_coulls():
+    # 400 of 500 right: p = 402 / 504
+    p = 402 / 504
+    assert experiment.one_standard_error(0.8, 500) == pytest.approx(math.sqrt(p * (1 - p) / 504))
+    assert experiment.one_standard_error(1.0, 500) > 0.002  # above zero at 100%
+    # the rule separates 81.0% from 78.6% on 500 items (a 3-SE tie would not)
+    assert 0.81 - 0.786 > experiment.one_standard_error(0.81, 500)
+    assert 0.81 - 0.786 < 3 * experiment.one_standard_error(0.81, 500)
+
+
+def problem(n=600, seed=19, width=5):
+    x = torch.randn(n, width, generator=gen(seed))
     y = (x[:, 0] * x[:, 1] > 0).long()  # an XOR of two signs: no linear head solves it
     split = {"train": slice(0, 200), "validation": slice(200, 400), "test": slice(400, n)}
     return {k: x[s] for k, s in split.items()}, {k: y[s] for k, s in split.items()}
 
 
-def test_tune_probe_chooses_on_validation_and_answers_the_test_items():
+def test_tune_probes_chooses_on_validation_and_answers_the_test_items():
     features, labels = problem()
-    tuned = experiment.tune_probe(
-        features, labels, (1e-3, 1e-1, 10.0), seed=0, classes=2, hidden=32, steps=200
-    )
-    assert tuned.steps == [100, 200] and set(tuned.val_accuracy) == {1e-3, 1e-1, 10.0}
+    grid = (1e-3, 1e-1, 10.0)
+    tuned = experiment.tune_probes(
+        {"xor": features}, labels, grid, seed=0, classes=2, hidden=32, steps=200
+    )["xor"]
+    assert tuned.steps == [100, 200] and set(tuned.val_accuracy) == set(grid)
     best = max(tuned.val_accuracy.values())
-    se = 3 * math.sqrt(best * (1 - best) / 200)
+    se = experiment.one_standard_error(best, 200)
     assert tuned.chosen == experiment.choose(tuned.val_accuracy, se)
     assert all(len(c) == 2 for c in (*tuned.val_curve.values(), *tuned.loss_curve.values()))
     assert tuned.test_accuracy > 0.85  # the MLP head learns the XOR
-    linear = experiment.tune_probe(features, labels, (1e-3, 1e-1), seed=0, classes=2, steps=200)
+    linear = experiment.tune_probes(
+        {"xor": features}, labels, (1e-3, 1e-1), seed=0, classes=2, steps=200
+    )["xor"]
     assert linear.test_accuracy < 0.7  # a linear head cannot
     with pytest.raises(ValueError, match="train labels must have shape"):
-        experiment.tune_probe(
-            features, labels | {"train": labels["train"][:10]}, (0.0,), seed=0, classes=2
+        experiment.tune_probes(
+            {"xor": features}, labels | {"train": labels["train"][:10]}, (0.0,), seed=0, classes=2
         )
+    with pytest.raises(ValueError, match="labelled must lie in"):
+        experiment.tune_probes({"xor": features}, labels, (0.0,), seed=0, classes=2, labelled=201)
 
 
-def test_tune_probe_trains_each_head_as_if_alone():
+def test_tune_probes_trains_each_probe_as_if_alone():
     features, labels = problem()
-    grid = experiment.tune_probe(features, labels, (1e-3, 1.0), seed=0, classes=2, hidden=8)
-    alone = experiment.tune_probe(features, labels, (1.0,), seed=0, classes=2, hidden=8)
-    assert grid.val_curve[1.0] == pytest.approx(alone.val_curve[1.0])
-    assert grid.loss_curve[1.0] == pytest.approx(alone.loss_curve[1.0], rel=1e-5)
+    wide, _ = problem(seed=20, width=9)
+    together = experiment.tune_probes(
+        {"a": features, "b": wide, "c": features}, labels, (1e-3, 1.0), seed=0, classes=2, hidden=8
+    )
+    alone = experiment.tune_probes({"c": features}, labels, (1.0,), seed=0, classes=2, hidden=8)
+    assert list(together) == ["a", "b", "c"]
+    assert together["c"].val_curve[1.0] == pytest.approx(alone["c"].val_curve[1.0])
+    assert together["c"].loss_curve[1.0] == pytest.approx(alone["c"].loss_curve[1.0], rel=1e-5)
+    # another arm's features leave a probe as it is
+    other = experiment.tune_probes(
+        {"a": {k: v[:, :5] * 3 for k, v in wide.items()}, "c": features},
+        labels,
+        (1e-3, 1.0),
+        seed=0,
+        classes=2,
+        hidden=8,
+    )
+    assert other["c"].loss_curve == together["c"].loss_curve
+
+
+def test_tune_probes_with_fewer_labels_reads_the_first_labels_only():
+    features, labels = problem()
+
+    def probe(train_labels):
+        return experiment.tune_probes(
+            {"xor": features},
+            labels | {"train": train_labels},
+            (1e-3,),
+            seed=0,
+            classes=2,
+            hidden=8,
+            labelled=50,
+        )["xor"]
+
+    base = probe(labels["train"])
+    after, within = labels["train"].clone(), labels["train"].clone()
+    after[50:], within[:50] = 1 - after[50:], 1 - within[:50]
+    assert probe(after).loss_curve == base.loss_curve
+    assert probe(within).loss_curve != base.loss_curve
 
 
 def test_paired_noise_is_k_standard_errors_of_the_paired_difference():
@@ -505,7 +556,7 @@ def test_paired_noise_is_k_standard_errors_of_the_paired_difference():
         experiment.paired_noise(a, b[:3])
 
 
-# -- pre-training ---------------------------------------------------------------------------------
+# -- pre-training ----------------------------------------------------------------------------------
 
 SMALL = {"d_model": 32, "n_heads": 2, "n_layers": 1, "d_ff": 32}
 
@@ -569,19 +620,46 @@ def test_pretrain_returns_a_training_run_for_each_objective():
         assert bool(run.masking) == (objective == "mlm")
 
 
-def test_loss_placement_agrees_for_the_papers_loss_and_not_for_a_loss_everywhere(monkeypatch):
+def by_hand_mlm_loss(model, tokens, generator_seed):
+    """The paper's L_MLM written out: the mean cross-entropy of the original tokens at the
+    positions `choose_masking` selects (the first draws of `mask_tokens`), on the inputs
+    `mask_tokens` writes with the same draws."""
+    selected = bert.choose_masking(tokens, 0.15, gen(generator_seed), SPECIAL_IDS).selected
+    inputs, _ = bert.mask_tokens(tokens, MASK, VOCAB_SIZE, 0.15, gen(generator_seed), SPECIAL_IDS)
+    log_p = model(inputs).log_softmax(-1)
+    return -log_p.gather(-1, tokens[..., None])[..., 0][selected].mean()
+
+
+def test_the_loss_sits_on_the_selected_positions_and_a_broken_loss_does_not(monkeypatch):
     model, tokens = encoder(False), corpus(64)
-    through, by_hand = experiment.loss_placement(model, tokens, seed=0)
-    assert through == pytest.approx(by_hand, rel=1e-5)
-    original = bert.mask_tokens
+    with torch.no_grad():
+        assert bert.mlm_loss(model, tokens, gen(16)).item() == pytest.approx(
+            by_hand_mlm_loss(model, tokens, 16).item(), rel=1e-5
+        )
+        original_loss, original_masking = bert.mlm_loss, bert.mask_tokens
 
-    def everywhere(tokens, *args, **kwargs):
-        inputs, _ = original(tokens, *args, **kwargs)
-        return inputs, tokens.masked_fill(tokens == PAD, IGNORE)
+        def averaged_over_every_position(model, tokens, generator, *args, **kwargs):
+            kept = []
+            original_loss(model, tokens, generator, *args, keep=kept, **kwargs)
+            inputs, labels = kept[0]
+            losses = F.cross_entropy(
+                model(inputs).flatten(0, 1), labels.flatten(), ignore_index=IGNORE, reduction="none"
+            )
+            return losses.mean()  # the unselected positions count as zeros
 
-    monkeypatch.setattr(bert, "mask_tokens", everywhere)
-    through, by_hand = experiment.loss_placement(model, tokens, seed=0)
-    assert abs(through - by_hand) / by_hand > 1e-3
+        def on_every_position(tokens, *args, **kwargs):
+            inputs, _ = original_masking(tokens, *args, **kwargs)
+            return inputs, tokens.masked_fill(tokens == PAD, IGNORE)
+
+        for name, broken in (
+            ("mlm_loss", averaged_over_every_position),
+            ("mask_tokens", on_every_position),
+        ):
+            with monkeypatch.context() as patch:
+                patch.setattr(bert, name, broken)
+                through = bert.mlm_loss(model, tokens, gen(16)).item()
+            # the mask is drawn by the unbroken code; only the loss's placement differs
+            assert abs(through - by_hand_mlm_loss(model, tokens, 16).item()) > 0.05, name
 
 
 def test_masking_counts_and_shares_by_hand():
@@ -624,3 +702,76 @@ def test_influence_by_side_by_hand():
     backwards = experiment.influence(encoder(True), full, gen(14), backwards=True)
     assert experiment.influence_by_side(backwards)["left"] < 1e-6
     assert experiment.influence_by_side(backwards)["right"] > 1e-3
+
+
+# -- the nulls' own encoders, and what each LM says of a joint -------------------------------------
+
+
+def test_untrained_features_are_the_encoders_at_their_initial_weights_by_torch_alone():
+    tokens = joints(40, seed=7)
+    inputs, cols, _ = experiment.joint_items(tokens, gen(21))
+    both, causal = encoder(False, seed=5), encoder(True, seed=5)
+    pairs = (
+        ("shown", experiment.gap_features({"mlm": both}, inputs, cols)),
+        ("mask", experiment.gap_features({"mlm": both}, inputs, cols, mask=True)),
+        ("halves", experiment.gap_features({"ltr": causal, "rtl": causal}, inputs, cols)),
+    )
+    for read, through_the_mechanism in pairs:
+        own = experiment.untrained_features(inputs, cols, seed=5, read=read)
+        assert torch.allclose(own, through_the_mechanism, atol=1e-5), read
+    # the halves never see the joint; the bidirectional reading does
+    other = inputs.clone()
+    other[torch.arange(40), cols] = JOINT[0] + (inputs[torch.arange(40), cols] - JOINT[0] + 1) % 3
+    halves = experiment.untrained_features(other, cols, seed=5, read="halves")
+    assert torch.allclose(halves, pairs[2][1], atol=1e-5)
+    shown = experiment.untrained_features(other, cols, seed=5, read="shown")
+    assert not torch.allclose(shown, pairs[0][1], atol=1e-3)
+    with pytest.raises(ValueError, match="read must be one of"):
+        experiment.untrained_features(inputs, cols, seed=5, read="both")
+
+
+def test_the_nulls_encoders_ignore_a_broken_attention_mask(monkeypatch):
+    tokens = joints(20, seed=8)
+    inputs, cols, _ = experiment.joint_items(tokens, gen(22))
+    before = experiment.untrained_features(inputs, cols, seed=1, read="shown")
+    monkeypatch.setattr(bert, "attention_mask", lambda length, causal: None)
+    assert torch.equal(experiment.untrained_features(inputs, cols, seed=1, read="shown"), before)
+
+
+def test_joint_logprobs_are_the_lm_heads_among_the_joint_symbols():
+    tokens = joints(30, seed=9)
+    inputs, cols, _ = experiment.joint_items(tokens, gen(23))
+    model = encoder(False, seed=2)
+    features = experiment.gap_features({"mlm": model}, inputs, cols, mask=True)
+    found = experiment.joint_logprobs(model.head, features)
+    hidden = inputs.clone()
+    hidden[torch.arange(30), cols] = MASK
+    logits = model(hidden)[torch.arange(30), cols][:, list(JOINT)]
+    assert torch.allclose(found, logits.log_softmax(-1), atol=1e-5)
+    assert torch.allclose(found.exp().sum(-1), torch.ones(30))
+
+
+def test_an_additive_rule_names_at_most_seven_of_the_nine_joints():
+    scipy_optimize = pytest.importorskip("scipy.optimize")
+    assert experiment.additive_rule_pairs() == 7
+    pairs = [(a, b) for a in range(3) for b in range(3)]
+
+    def index(c, side, kind):  # score g_c(a) (side 0) or h_c(b) (side 1)
+        return 6 * c + 3 * side + kind
+
+    # no eight pairs can all be answered by scores s_c(a, b) = g_c(a) + h_c(b), with a margin
+    for chosen in itertools.combinations(pairs, 8):
+        rows = []
+        for a, b in chosen:
+            y = int(experiment.joint_of(torch.tensor(a), torch.tensor(b)))
+            for c in set(range(3)) - {y}:
+                row = [0.0] * 18  # s_c - s_y <= -1
+                row[index(c, 0, a)] += 1
+                row[index(c, 1, b)] += 1
+                row[index(y, 0, a)] -= 1
+                row[index(y, 1, b)] -= 1
+                rows.append(row)
+        found = scipy_optimize.linprog(
+            [0.0] * 18, A_ub=rows, b_ub=[-1.0] * len(rows), bounds=(None, None)
+        )
+        assert found.status == 2, chosen  # infeasible

@@ -18,15 +18,15 @@ heads use no part of it.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import math
 from dataclasses import dataclass, field
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
-from papernotes import bert, checks, data, training
+from papernotes import bert, checks, data, together, training
 from papernotes.data import minibatches
 
 # The random streams of the chapter's seed (papernotes.training.generator(seed, stream)): the
@@ -38,8 +38,10 @@ FULL_LENGTH, INFLUENCE = 6, 7
 BATCHES, MASKS, VALIDATION_MASKS, LOSS_CHECK = 11, 12, 13, 14
 PICTURE = 20
 OBJECTIVES = ("mlm", "ltr", "rtl")  # masked LM, left-to-right LM, right-to-left LM
+# the encoder's sizes (bert.Encoder's defaults): width, heads, layers, feed-forward width 2d
+ENCODER = {"d_model": 64, "n_heads": 4, "n_layers": 2, "d_ff": 128}
 
-# -- the vocabulary: BERT's special tokens (papernotes.bert), the brackets, the joint symbols ----
+# -- the vocabulary: BERT's special tokens (papernotes.bert), the brackets, the joint symbols ------
 
 N_TYPES = 3  # ( [ {
 OPEN = tuple(range(4, 4 + N_TYPES))  # 4 5 6
@@ -51,7 +53,7 @@ VOCAB_SIZE = 4 + 3 * N_TYPES
 SYMBOLS = ("·", "C", "S", "M", "(", "[", "{", ")", "]", "}", "0", "1", "2")
 
 
-# -- the data: a bracket language with a joint --------------------------------------------------
+# -- the data: a bracket language with a joint -----------------------------------------------------
 
 
 def _dyck_words(pairs: torch.Tensor, length: int, generator) -> torch.Tensor:
@@ -156,7 +158,7 @@ def spell(row) -> str:
     return "".join(SYMBOLS[t] for t in row if t != bert.PAD)
 
 
-# -- what the masking did -------------------------------------------------------------------------
+# -- what the masking did --------------------------------------------------------------------------
 
 
 def masking_counts(tokens: torch.Tensor, inputs: torch.Tensor, labels: torch.Tensor) -> dict:
@@ -220,7 +222,7 @@ def masking_z(shares: dict, expected: dict) -> dict:
     return {k: abs(shares[k] - p) / math.sqrt(p * (1 - p) / counts[k]) for k, p in expected.items()}
 
 
-# -- pre-training ---------------------------------------------------------------------------------
+# -- pre-training ----------------------------------------------------------------------------------
 
 
 @dataclass
@@ -318,24 +320,7 @@ def pretrain(
     return PretrainRun(model, history, counts, snapshots)
 
 
-def loss_placement(model: bert.Encoder, tokens: torch.Tensor, seed: int) -> tuple[float, float]:
-    """The masked-LM loss of `tokens` as `bert.mlm_loss` computes it, and by hand: the mean
-    cross-entropy of the original tokens at the positions `bert.choose_masking` selects with
-    the same random draws (the first draws of `mask_tokens`). Equal when the loss sits on the
-    selected positions and nowhere else."""
-    checks.tensor("tokens", tokens, "(B, T)", dtype=torch.long)
-    kept: list = []
-    with training.evaluating(model), torch.no_grad():
-        loss = bert.mlm_loss(model, tokens, training.generator(seed, LOSS_CHECK), keep=kept)
-        selected = bert.choose_masking(
-            tokens, 0.15, training.generator(seed, LOSS_CHECK), bert.SPECIAL_IDS
-        ).selected
-        log_p = model(kept[0][0]).log_softmax(-1)
-        by_hand = -log_p.gather(-1, tokens[..., None])[..., 0][selected].mean()
-    return loss.item(), by_hand.item()
-
-
-# -- the probe: which joint symbol belongs here? ------------------------------------------------
+# -- the probe: which joint symbol belongs here? ---------------------------------------------------
 
 
 def joint_items(tokens: torch.Tensor, generator: torch.Generator | None = None):
@@ -357,6 +342,22 @@ def joint_items(tokens: torch.Tensor, generator: torch.Generator | None = None):
     return inputs, cols, labels
 
 
+def by_length(read, inputs: torch.Tensor, cols: torch.Tensor) -> torch.Tensor:
+    """`read(inputs, cols)` -> (B, D) run on the sequences of each real length together, each
+    group cut to its length: the padding after [SEP] costs as much as a real token and changes
+    nothing a real position sees (it is masked as a key, and positions are counted from the
+    start). Rows come back in the order of `inputs`."""
+    length = (inputs != bert.PAD).sum(1)
+    out = None
+    for n in length.unique().tolist():
+        rows = (length == n).nonzero()[:, 0]
+        part = read(inputs[rows, :n], cols[rows])
+        if out is None:
+            out = part.new_empty(len(inputs), part.shape[-1])
+        out[rows] = part
+    return out
+
+
 def gap_features(encoders: dict, inputs: torch.Tensor, cols: torch.Tensor, *, mask=False):
     """Frozen features for the joint at `cols` (B,) of `inputs` (B, T), (B, D).
 
@@ -364,24 +365,100 @@ def gap_features(encoders: dict, inputs: torch.Tensor, cols: torch.Tensor, *, ma
     joint's position (its input there the symbol shown, or [MASK] with `mask=True`); {"ltr": m}
     the left-to-right LM's features one position before (it has read everything left of the
     joint); {"rtl": m} the right-to-left LM's one position after; {"ltr": a, "rtl": b} both
-    side by side (ELMo's concatenation)."""
+    side by side (ELMo's concatenation). Sequences are read in groups of one length
+    (`by_length`)."""
     checks.tensor("inputs", inputs, "(B, T)", dtype=torch.long)
-    rows = torch.arange(len(cols))
-    parts = []
-    with torch.no_grad():
+
+    def read(inputs: torch.Tensor, cols: torch.Tensor) -> torch.Tensor:
+        rows = torch.arange(len(cols))
+        parts = []
         if "mlm" in encoders:
             shown = inputs.clone()
             if mask:
                 shown[rows, cols] = bert.MASK
-            with training.evaluating(encoders["mlm"]):
-                parts.append(encoders["mlm"].features(shown)[rows, cols])
+            parts.append(encoders["mlm"].features(shown)[rows, cols])
         if "ltr" in encoders:
-            with training.evaluating(encoders["ltr"]):
-                parts.append(encoders["ltr"].features(inputs)[rows, cols - 1])
+            parts.append(encoders["ltr"].features(inputs)[rows, cols - 1])
         if "rtl" in encoders:
-            with training.evaluating(encoders["rtl"]):
-                parts.append(bert.rtl_features(encoders["rtl"], inputs)[rows, cols + 1])
-    return torch.cat(parts, -1)
+            parts.append(bert.rtl_features(encoders["rtl"], inputs)[rows, cols + 1])
+        return torch.cat(parts, -1)
+
+    with contextlib.ExitStack() as frozen:
+        for model in encoders.values():
+            frozen.enter_context(training.evaluating(model))
+        return by_length(read, inputs, cols)
+
+
+def untrained_features(
+    inputs: torch.Tensor, cols: torch.Tensor, *, seed: int, read: str, **sizes
+) -> torch.Tensor:
+    """Features of untrained encoders for the joint at `cols` (B,) of `inputs` (B, T), written
+    with torch alone: no code of `papernotes.bert`, so no bug of the mechanism reaches these
+    nulls. Built in `bert.Encoder`'s order from `seed` (for sequences of T positions), the
+    layers hold the weights the pre-trainings start from. `read="shown"`: a bidirectional
+    encoder at the joint, reading the symbol shown; `"mask"`: the same with [MASK] there;
+    `"halves"`: a causal encoder one position before the joint beside a causal encoder reading
+    backwards one position after it (two untrained halves, the concatenation's read-out),
+    (B, 2 D). `sizes` as `bert.Encoder`'s."""
+    checks.tensor("inputs", inputs, "(B, T)", dtype=torch.long)
+    checks.one_of("read", read, ("shown", "mask", "halves"))
+    d_model, n_heads, n_layers, d_ff = ((ENCODER | sizes)[k] for k in ENCODER)
+    with training.seeded(seed):
+        embed = nn.Embedding(VOCAB_SIZE, d_model)
+        positions = nn.Embedding(inputs.shape[1], d_model)
+        norm = nn.LayerNorm(d_model)
+        layer = nn.TransformerEncoderLayer(
+            d_model, n_heads, d_ff, 0.0, activation="gelu", batch_first=True
+        )
+        layers = nn.TransformerEncoder(layer, n_layers, enable_nested_tensor=False).eval()
+
+    def encode(x: torch.Tensor, causal: bool) -> torch.Tensor:
+        t = x.shape[1]
+        mask = torch.isinf(nn.Transformer.generate_square_subsequent_mask(t)) if causal else None
+        h = norm(embed(x) + positions.weight[:t])
+        return layers(h, mask=mask, is_causal=causal, src_key_padding_mask=x == bert.PAD)
+
+    def features(x: torch.Tensor, cols: torch.Tensor) -> torch.Tensor:
+        rows = torch.arange(len(cols))
+        if read != "halves":
+            shown = x.clone()
+            if read == "mask":
+                shown[rows, cols] = bert.MASK
+            return encode(shown, causal=False)[rows, cols]
+        # the sequences backwards (all of one length here: no padding to keep at the end)
+        after = encode(x.flip(1), causal=True)[rows, x.shape[1] - 1 - (cols + 1)]
+        return torch.cat([encode(x, causal=True)[rows, cols - 1], after], -1)
+
+    with torch.no_grad():
+        return by_length(features, inputs, cols)
+
+
+def joint_logprobs(head: nn.Module, features: torch.Tensor) -> torch.Tensor:
+    """What a pre-trained LM itself says of a joint, with no probe and no label: its own LM head
+    on its frozen features (B, D) read where its objective predicts the joint (the masked LM at
+    [MASK] in the joint's place, the left-to-right LM one position before, the right-to-left LM
+    one position after), as log-probabilities of the three joint symbols renormalised among
+    them, (B, 3)."""
+    checks.tensor("features", features, "(B, D)", dtype="floating")
+    with torch.no_grad():
+        return head(features)[:, list(JOINT)].log_softmax(-1)
+
+
+# An additive rule: value c scores LEFT_SCORES[c][a] + RIGHT_SCORES[c][b] for a closing bracket
+# of kind a before the joint and an opening one of kind b after it (found by linear programming,
+# tests/test_bert.py: no additive rule names more of the nine pairs).
+LEFT_SCORES = ((-1, -3, 0), (0, 0, -1), (0, 2, -3))
+RIGHT_SCORES = ((5, 0, -2), (3, 0, 0), (0, -1, 1))
+
+
+def additive_rule_pairs() -> int:
+    """On how many of the nine (left kind, right kind) pairs the additive rule of LEFT_SCORES and
+    RIGHT_SCORES names the joint: 7, the most any rule that adds a score of the left kind to a
+    score of the right kind can name (section 1's argument rules out all nine)."""
+    a, b = torch.meshgrid(torch.arange(N_TYPES), torch.arange(N_TYPES), indexing="ij")
+    left, right = torch.tensor(LEFT_SCORES), torch.tensor(RIGHT_SCORES)
+    scores = left[:, a] + right[:, b]  # (value, a, b)
+    return (scores.argmax(0) == joint_of(a, b)).sum().item()
 
 
 def side_counts(inputs: torch.Tensor, cols: torch.Tensor) -> torch.Tensor:
@@ -401,22 +478,6 @@ def probe_head(width: int, classes: int, hidden: int) -> nn.Module:
     if hidden == 0:
         return nn.Linear(width, classes)
     return nn.Sequential(nn.Linear(width, hidden), nn.GELU(), nn.Linear(hidden, classes))
-
-
-class Heads(nn.Module):
-    """One probe head per weight decay of a grid, side by side: `forward(x)` stacks their
-    logits (G, N, classes). Every head starts from the same weights."""
-
-    def __init__(self, grid: int, width: int, classes: int, hidden: int, seed: int):
-        super().__init__()
-        heads = []
-        for _ in range(grid):
-            with training.seeded(seed):
-                heads.append(probe_head(width, classes, hidden))
-        self.heads = nn.ModuleList(heads)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.stack([head(x) for head in self.heads])
 
 
 @dataclass
@@ -452,7 +513,14 @@ def choose(scores: dict, tolerance: float = 0.0) -> object:
     return values[min(tied, key=lambda i: (abs(i - middle), i))]
 
 
-def tune_probe(
+def one_standard_error(accuracy: float, n: int) -> float:
+    """The standard error of an accuracy measured on n items, with Agresti and Coull's adjusted
+    share p = (right + 2) / (n + 4): sqrt(p (1 - p) / (n + 4)), which stays above zero at 100%."""
+    p = (accuracy * n + 2) / (n + 4)
+    return math.sqrt(p * (1 - p) / (n + 4))
+
+
+def tune_probes(
     features: dict,
     labels: dict,
     weight_decays,
@@ -460,59 +528,104 @@ def tune_probe(
     seed: int,
     classes: int = N_TYPES,
     hidden: int = 0,
+    labelled: int | None = None,
     steps: int = 300,
     lr: float = 0.01,
     eval_every: int = 100,
-) -> Tuned:
-    """A probe per weight decay of the grid on features["train"] (linear, or an MLP with
-    `hidden` units: `probe_head`), trained side by side by full-batch Adam on cross-entropy
-    (weight decay as an L2 penalty, one parameter group per head) on features standardised with
-    the training set's mean and deviation; each scored on features["validation"], and the best
-    on validation (`choose`, accuracies within 3 standard errors of the best counting as a tie)
-    answers features["test"]."""
-    d = checks.tensor("train features", features["train"], "(N, D)", dtype="floating")
-    checks.tensor("train labels", labels["train"], "(N,)", N=d["N"])
-    checks.integer("hidden", hidden, 0)
+) -> dict[str, Tuned]:
+    """A probe per arm and weight decay of the grid, all trained together (`papernotes.together`:
+    one stacked model per feature width, one forward and backward an update for all of them).
+
+    `features` maps each arm to its features {"train": (N, D), "validation": ..., "test": ...};
+    `labels` the splits to their labels. Each probe (`probe_head`: linear, or an MLP with
+    `hidden` units; every probe starts from the same weights) trains on the first `labelled`
+    training items (None: all) by full-batch Adam on cross-entropy, its weight decay an L2
+    penalty, on features standardised with the mean and deviation of the arm's training
+    features (unlabelled: all N of them). Each is scored on the validation items; per arm the
+    best (`choose`, accuracies within one standard error of the best counting as a tie) answers
+    the test items. Returns {arm: Tuned}."""
     grid = [checks.number("weight_decay", wd, 0.0) for wd in weight_decays]
-    standardize = data.Standardizer.fit(features["train"], eps=1e-6)
-    x = {name: standardize(f) for name, f in features.items()}
-    model = Heads(len(grid), d["D"], classes, hidden, seed)
-    optimizer = torch.optim.Adam(
-        [
-            {"params": head.parameters(), "weight_decay": wd}
-            for head, wd in zip(model.heads, grid, strict=True)
-        ],
-        lr=lr,
+    checks.integer("hidden", hidden, 0)
+    n = len(labels["train"]) if labelled is None else checks.integer("labelled", labelled, 1)
+    by_width: dict[int, list[str]] = {}
+    for arm, split in features.items():
+        d = checks.tensor(f"{arm}'s train features", split["train"], "(N, D)", dtype="floating")
+        checks.tensor("train labels", labels["train"], "(N,)", N=d["N"])
+        if n > d["N"]:
+            raise ValueError(f"labelled must lie in [1, {d['N']}]; got {n}")
+        by_width.setdefault(d["D"], []).append(arm)
+    tuned = {}
+    for width, arms in by_width.items():
+        found = _probes_of_one_width(
+            {arm: features[arm] for arm in arms},
+            labels,
+            grid,
+            width,
+            classes,
+            hidden,
+            n,
+            seed,
+            steps=steps,
+            lr=lr,
+            eval_every=eval_every,
+        )
+        tuned |= found
+    return {arm: tuned[arm] for arm in features}
+
+
+def _probes_of_one_width(features, labels, grid, width, classes, hidden, n, seed, **schedule):
+    """`tune_probes` for arms whose features share one width: arms x grid members, one stack."""
+    x = {}
+    for split in ("train", "validation", "test"):
+        per_arm = []
+        for arm in features:
+            standardize = data.Standardizer.fit(features[arm]["train"], eps=1e-6)
+            per_arm.append(standardize(features[arm][split]))
+        # member (arm a, weight decay g) is number a * len(grid) + g
+        x[split] = torch.stack(per_arm).repeat_interleave(len(grid), 0)
+    x["train"], y = x["train"][:, :n], labels["train"][:n]
+    members = []
+    for _ in range(len(features) * len(grid)):
+        with training.seeded(seed):
+            members.append(probe_head(width, classes, hidden))
+    stack = together.stack(members)
+    optimizer = together.Adam(
+        stack.parameters(), lr=schedule["lr"], weight_decay=grid * len(features)
     )
-    y = labels["train"]
-    losses: list[torch.Tensor] = []
 
-    def update(i: int) -> torch.Tensor:
-        # each head's own mean cross-entropy; their sum leaves each head's gradient its own
-        each = torch.stack([F.cross_entropy(logits, y) for logits in model(x["train"])])
-        losses.append(each.detach())
-        return each.sum()
+    def losses_of_update(i: int) -> torch.Tensor:
+        return together.cross_entropy(stack(x["train"]), y)
 
-    def evaluate() -> dict[str, float]:
-        right = (model(x["validation"]).argmax(-1) == labels["validation"]).float().mean(-1)
-        return {f"val {k}": right[k].item() for k in range(len(grid))} | {
-            f"loss {k}": losses[-1][k].item() for k in range(len(grid))
-        }
+    def evaluate() -> dict[str, torch.Tensor]:
+        return {"val": together.accuracy(stack(x["validation"]), labels["validation"])}
 
-    history = training.train(
-        model, optimizer, update, steps, evaluate=evaluate, eval_every=eval_every, desc="probe"
+    histories = together.train(
+        stack,
+        optimizer,
+        losses_of_update,
+        schedule["steps"],
+        evaluate=evaluate,
+        eval_every=schedule["eval_every"],
+        desc="probes",
     )
-    val = {wd: history[f"val {k}"] for k, wd in enumerate(grid)}
-    loss = {wd: history[f"loss {k}"] for k, wd in enumerate(grid)}
-    final = {wd: curve[-1] for wd, curve in val.items()}
-    # accuracies within 3 standard errors of the best on the validation items (the noise level
-    # of the chapter's bounds) are a tie
-    best = max(final.values())
-    chosen = choose(final, 3 * math.sqrt(best * (1 - best) / len(labels["validation"])))
-    with training.evaluating(model), torch.no_grad():
-        pick = model.heads[grid.index(chosen)]
-        correct = pick(x["test"]).argmax(-1) == labels["test"]
-    return Tuned(list(history.steps), val, loss, chosen, correct)
+    with torch.no_grad():
+        correct = stack(x["test"]).argmax(-1) == labels["test"]  # (K, N_test)
+    tuned = {}
+    for a, arm in enumerate(features):
+        mine = range(a * len(grid), (a + 1) * len(grid))
+        val = {wd: histories[k]["val"] for wd, k in zip(grid, mine, strict=True)}
+        final = {wd: curve[-1] for wd, curve in val.items()}
+        best = max(final.values())
+        # accuracies within one standard error of the best on the validation items are a tie
+        chosen = choose(final, one_standard_error(best, len(labels["validation"])))
+        tuned[arm] = Tuned(
+            list(histories[0].steps),
+            val,
+            {wd: histories[k]["loss"] for wd, k in zip(grid, mine, strict=True)},
+            chosen,
+            correct[mine[grid.index(chosen)]],
+        )
+    return tuned
 
 
 def majority_accuracy(train_y: torch.Tensor, test_y: torch.Tensor) -> float:
@@ -530,7 +643,7 @@ def paired_noise(correct_a: torch.Tensor, correct_b: torch.Tensor, standard_erro
     return standard_errors * math.sqrt(diff.var(correction=0).item() / len(diff))
 
 
-# -- what each position sees ----------------------------------------------------------------------
+# -- what each position sees -----------------------------------------------------------------------
 
 
 def influence(

@@ -6,10 +6,14 @@ on its claim check. The encoder reads `attention_mask`, and the losses read `mas
 (papernotes.bert.experiment) calls the losses through the module, so pre-training sees the patch.
 The right-to-left LM is the causal encoder reading backwards, so a broken causal mask reaches it
 too.
+
+A loss divided by every position instead of the selected ones is not here: under Adam it changes
+only the printed losses, not what the encoder learns, so no claim of the chapter can see it;
+tests/test_bert.py (test_the_loss_sits_on_the_selected_positions_and_a_broken_loss_does_not)
+catches it against the paper's equation.
 """
 
 import torch
-import torch.nn.functional as F
 
 from papernotes import bert as m
 
@@ -41,39 +45,6 @@ def causal_mask_leaks_the_next_token():
         return torch.ones(length, length, dtype=torch.bool).triu(2)
 
     m.attention_mask = attention_mask
-
-
-def loss_averaged_over_every_position():
-    """The masked-LM loss sums over the selected positions but divides by every position."""
-
-    def mlm_loss(
-        model,
-        tokens,
-        generator,
-        mask_prob=0.15,
-        mask_fraction=0.8,
-        random_fraction=0.1,
-        *,
-        keep=None,
-    ):
-        inputs, labels = m.mask_tokens(
-            tokens,
-            m.MASK,
-            model.vocab_size,
-            mask_prob,
-            generator,
-            m.SPECIAL_IDS,
-            mask_fraction=mask_fraction,
-            random_fraction=random_fraction,
-        )
-        if keep is not None:
-            keep.append((inputs, labels))
-        losses = F.cross_entropy(
-            model(inputs).flatten(0, 1), labels.flatten(), ignore_index=m.IGNORE, reduction="none"
-        )
-        return losses.mean()  # the unselected positions count as zeros
-
-    m.mlm_loss = mlm_loss
 
 
 def loss_on_every_position():
@@ -124,7 +95,6 @@ MUTANTS = [
     no_mask_in_the_left_to_right_encoder,
     causal_mask_leaks_the_next_token,
     loss_on_every_position,
-    loss_averaged_over_every_position,
     random_tokens_only,
     mask_never_applied,
 ]
