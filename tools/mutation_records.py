@@ -232,23 +232,29 @@ def section(records: dict[str, dict], folder: Path = RECORDS) -> str:
     where = ""
     if runs:
         tools = sorted({r.get("tool", "") for r in records.values()})
-        loads = [r["load"] for r in runs if r.get("load") is not None]
+        loads = sorted(r["load"] for r in runs if r.get("load") is not None)
+        spread = (
+            ""
+            if not loads
+            else f", under a load of {loads[0]:.1f}"
+            if loads[0] == loads[-1]
+            else f", under loads from {loads[0]:.1f} to {loads[-1]:.1f}"
+        )
         where = (
             f"Run with {', '.join(tools)} on {runs[0].get('cpus', '?')} CPUs, "
-            f"{runs[0].get('jobs', '?')} mutant at a time"
-            + (f", under a load of {min(loads):.1f} to {max(loads):.1f}" if loads else "")
-            + f", last on {max(r.get('date', '') for r in runs)}.\n\n"
+            f"{runs[0].get('jobs', '?')} mutant at a time{spread} (the one-minute load average "
+            f"during each run), last on {max(r.get('date', '') for r in runs)}.\n\n"
         )
     return (
         f"{SECTION[0]}\n"
         "## Mutation scores\n\n"
-        "`make mutate` (tools/mutate.py) mutates each paper's mechanism and experiment one change "
-        "at a\ntime and runs the paper's unit tests against each mutant. *Killed*: the tests "
-        "failed (or crashed);\n*timeout*: they hung; both count as caught. *No tests*: no unit "
-        "test reaches the\nfunction; *equivalent*: listed in tests/mutation/<slug>.yml with the "
-        "reason "
-        "no test can\ntell them apart. Score = caught / (mutants - equivalent). Minutes are the "
-        "run's wall time.\n\n"
+        "`make mutate` (tools/mutate.py) mutates each paper's mechanism and experiment one "
+        "change at a time,\nargument checks and messages left out (CONTRIBUTING.md), and runs "
+        "the paper's unit tests against\neach mutant. *Killed*: the tests failed (or crashed) "
+        "with it; *timeout*: they hung; both count as\ncaught. *No tests*: no unit test reaches "
+        "the mutated function. *Equivalent*: listed in\ntests/mutation/<slug>.yml with the reason "
+        "no test can tell it from the code. Score = caught /\n(mutants - equivalent). *Minutes*: "
+        "the run's wall time.\n\n"
         + where
         + "| chapter | mutants | killed | timeout | survived | no tests | equivalent | score | "
         "minutes |\n|---|---|---|---|---|---|---|---|---|\n" + "\n".join(rows) + f"\n{SECTION[1]}\n"
