@@ -393,18 +393,53 @@ def test_mlp_initialises_each_network_for_its_activation():
             nets[arm] = experiment.mlp(200, 10, depth=3, width=300, arm=arm)
     names = {arm: [type(m).__name__ for m in net] for arm, net in nets.items()}
     assert names["snn"] == ["Linear", "SELU"] * 3 + ["Linear"]
-    assert names["relu_he"] == ["Linear", "ReLU"] * 3 + ["Linear"]
-    assert names["elu_lecun"] == ["Linear", "ELU"] * 3 + ["Linear"]
+    assert names["relu_he"] == names["relu_lsuv"] == ["Linear", "ReLU"] * 3 + ["Linear"]
+    assert names["elu_lecun"] == names["selu_lambda_one"] == ["Linear", "ELU"] * 3 + ["Linear"]
+    assert names["selu_alpha_one"] == ["Linear", "ScaledELU"] * 3 + ["Linear"]
     assert names["relu_he_bn"] == ["Linear", "BatchNorm", "ReLU"] * 3 + ["Linear"]
-    assert nets["snn"][2].weight.var().item() == pytest.approx(1 / 300, rel=0.03)  # LeCun
-    assert nets["elu_lecun"][2].weight.var().item() == pytest.approx(1 / 300, rel=0.03)
+    assert names["relu_he_bn_after"] == ["Linear", "ReLU", "BatchNorm"] * 3 + ["Linear"]
+    assert isinstance(nets["snn"][1], selu.SELU)  # the mechanism's, not torch's
+    for arm in ("snn", "elu_lecun", "selu_lambda_one", "selu_alpha_one"):
+        assert nets[arm][2].weight.var().item() == pytest.approx(1 / 300, rel=0.03), arm  # LeCun
     assert nets["relu_he"][2].weight.var().item() == pytest.approx(2 / 300, rel=0.03)  # He
     assert nets["selu_he"][2].weight.var().item() == pytest.approx(2 / 300, rel=0.03)
+    w = nets["relu_lsuv"][2].weight  # orthogonal before LSUV's rescaling
+    assert torch.allclose(w @ w.T, torch.eye(300), atol=1e-4)
     assert nets["snn"][-1].weight.var().item() == pytest.approx(1 / 300, rel=0.1)
     assert nets["relu_he"][-1].weight.var().item() == pytest.approx(1 / 300, rel=0.1)
     assert nets["snn"][0].bias.abs().max().item() == 0.0
     # the same seed draws the same weights whether or not batch norm follows
     assert torch.equal(nets["relu_he"][2].weight, nets["relu_he_bn"][3].weight)
+    assert torch.equal(nets["relu_he"][2].weight, nets["relu_he_bn_after"][3].weight)
+
+
+def test_the_nulls_activations_are_selu_with_other_constants():
+    x = torch.linspace(-4.0, 3.0, 71, dtype=torch.float64)
+    nets = {arm: experiment.mlp(2, 2, depth=1, width=2, arm=arm) for arm in experiment.ARMS}
+
+    def by_hand(alpha, lam):  # lam * (x if x > 0 else alpha (e^x - 1)), the paper's form
+        return lam * torch.where(x > 0, x, alpha * torch.expm1(x))
+
+    assert torch.allclose(nets["selu_lambda_one"][1](x), by_hand(ALPHA_01, 1.0))
+    assert torch.allclose(nets["selu_alpha_one"][1](x), by_hand(1.0, LAMBDA_01))
+    assert torch.allclose(nets["elu_lecun"][1](x), by_hand(1.0, 1.0))
+    assert torch.allclose(nets["selu_he"][1](x), by_hand(ALPHA_01, LAMBDA_01))
+    assert torch.allclose(nets["snn"][1](x), by_hand(ALPHA_01, LAMBDA_01))
+
+
+def test_lsuv_gives_every_hidden_layer_outputs_of_variance_one():
+    x = randn(300, 20, seed=5).float() * 3.0
+    with training.seeded(1):
+        model = experiment.mlp(20, 4, depth=5, width=40, arm="relu_lsuv")
+    experiment.lsuv_start(model, x)
+    h = x
+    for module in model[:-1]:
+        h = module(h)
+        if isinstance(module, torch.nn.Linear):
+            assert h.var().item() == pytest.approx(1.0, abs=1e-4)
+            assert module.bias.abs().max().item() == 0.0
+    with pytest.raises(ValueError, match="without batch normalization"):
+        experiment.lsuv_start(experiment.mlp(20, 4, depth=2, width=8, arm="relu_he_bn"), x)
 
 
 def test_mlp_rejects_zero_depth_and_unknown_arms():
@@ -425,7 +460,7 @@ def test_standardize_centres_on_the_training_split():
         experiment.standardize(torch.zeros(3))
 
 
-@pytest.mark.parametrize("arm", ["snn", "relu_he_bn"])
+@pytest.mark.parametrize("arm", ["snn", "relu_lsuv", "selu_alpha_one", "relu_he_bn"])
 def test_each_member_of_an_arm_trains_as_it_would_alone(arm):
     x = randn(200, 8, seed=2).float()
     y = (x[:, 0] > 0).long()
@@ -443,10 +478,12 @@ def test_each_member_of_an_arm_trains_as_it_would_alone(arm):
         batch_size=32,
         eval_every=20,
     )
-    assert run.history.steps == [20, 40] and run.diverged_at == [None, None]
+    assert [h.steps for h in run.histories] == [[20, 40]] * 2 and run.diverged() == [False] * 2
     for k, lr in enumerate(run.learning_rates):
         with training.seeded(3):
             alone = experiment.mlp(8, 2, depth=4, width=16, arm=arm)
+        if arm == "relu_lsuv":
+            experiment.lsuv_start(alone, x)
         batches = minibatches(200, 32, training.generator(3, experiment.BATCHES))
         training.train_classifier(
             alone,
@@ -456,7 +493,7 @@ def test_each_member_of_an_arm_trains_as_it_would_alone(arm):
             batches=batches,
             logits_of=lambda index, model=alone: model(x[index]),
         )
-        member = run.model.member(k)
+        member = run.member(k)
         for (name, ours), theirs in zip(
             member.state_dict().items(), alone.state_dict().values(), strict=True
         ):
@@ -466,15 +503,27 @@ def test_each_member_of_an_arm_trains_as_it_would_alone(arm):
     assert run.val_accuracy()[1] > 0.8
 
 
-def test_a_diverged_member_leaves_the_others_training():
+@pytest.mark.parametrize("arm", ["snn", "relu_he_bn"])
+def test_a_diverged_member_leaves_the_others_training(arm):
     x = randn(200, 8, seed=2).float()
     y = (x[:, 0] > 0).long()
-    run = experiment.train_arm(
-        x, y, x, y, arm="snn", learning_rates=(0.1, 1e4), seed=0, depth=3, width=8, steps=30
-    )
-    assert run.diverged_at[0] is None and run.diverged_at[1] is not None
-    assert run.chosen() == 0
-    assert not run.history.diverged and run.val_accuracy()[0] > 0.9
+
+    def run_at(rates):
+        return experiment.train_arm(
+            x, y, x, y, arm=arm, learning_rates=rates, seed=0, depth=3, width=8, steps=30
+        )
+
+    run, alone = run_at((0.1, 1e6)), run_at((0.1,))
+    assert run.diverged() == [False, True] and alone.diverged() == [False]
+    for ours, theirs in zip(
+        run.member(0).state_dict().values(), alone.member(0).state_dict().values(), strict=True
+    ):
+        assert torch.allclose(ours, theirs, atol=1e-5)
+    assert run.val_accuracy()[0] == pytest.approx(alone.val_accuracy()[0], abs=1e-6)
+    assert run.val_accuracy()[0] > 0.7
+    scores = run.validation_scores()
+    assert list(scores) == [0.1, 1e6] and scores[1e6] == 0.0
+    assert scores[0.1] == pytest.approx(run.val_accuracy()[0])
 
 
 def test_train_arm_rejects_mismatched_labels_and_no_rates():
@@ -501,22 +550,53 @@ def test_train_arm_rejects_mismatched_labels_and_no_rates():
         )
 
 
-def test_validation_scores_give_a_diverged_rate_zero():
-    x = randn(200, 8, seed=2).float()
-    y = (x[:, 0] > 0).long()
-    run = experiment.train_arm(
-        x, y, x, y, arm="snn", learning_rates=(0.1, 1e4), seed=0, depth=3, width=8, steps=30
+@pytest.mark.parametrize("arm", experiment.FIGURE_ONE_ARMS)
+def test_figure_one_curves_are_each_rates_own_run_on_the_summed_loss(arm):
+    x = randn(100, 6, seed=4).float()
+    y = (x[:, 1] > 0).long()
+    run = experiment.train_curves(
+        x,
+        y,
+        arm=arm,
+        learning_rates=(1e-3, 1e-2),
+        seed=5,
+        epochs=3,
+        depth=2,
+        width=8,
+        batch_size=16,
     )
-    scores = run.validation_scores()
-    assert list(scores) == [0.1, 1e4] and scores[1e4] == 0.0
-    assert scores[0.1] == pytest.approx(run.val_accuracy()[0])
-    assert run.losses.shape == (30, 2) and torch.isfinite(run.losses[:, 0]).all()
+    assert run.losses.shape == (4, 2)  # before each of 3 epochs, and after the last
+    for k, lr in enumerate(run.learning_rates):
+        with training.seeded(5):
+            alone = experiment.mlp(6, 2, depth=2, width=8, arm=arm)
+        batches = minibatches(100, 16, training.generator(5, experiment.BATCHES))
+        optimizer = torch.optim.SGD(alone.parameters(), lr=lr)
+        curve = []
+        for _ in range(3):
+            alone.train()
+            with torch.no_grad():  # the whole training set, 6 unshuffled batches of 16
+                batch_losses = [
+                    F.cross_entropy(alone(x[i : i + 16]), y[i : i + 16]) for i in range(0, 96, 16)
+                ]
+            curve.append(torch.stack(batch_losses).mean().item())
+            for _ in range(6):  # 100 // 16 updates an epoch
+                index = next(batches)
+                loss = F.cross_entropy(alone(x[index]), y[index], reduction="sum")
+                optimizer.zero_grad()
+                loss.backward()
+                optimizer.step()
+        assert run.losses[:3, k].tolist() == pytest.approx(curve, rel=1e-4)
 
 
-def test_loss_roughness_and_the_paired_standard_error():
-    losses = torch.tensor([1.0, math.e, 1.0, math.e**2])
-    assert experiment.loss_roughness(losses).tolist() == pytest.approx([1.0, 1.0, 2.0])
-    assert experiment.loss_roughness(losses, start=2).tolist() == pytest.approx([2.0])
+def test_loss_rise_sums_only_the_climbs_of_the_log_loss():
+    losses = torch.tensor([math.e**3, math.e, math.e**2, 1.0, math.e**0.5])
+    assert experiment.loss_rise(losses).item() == pytest.approx(1.5)  # +1 and +0.5
+    assert experiment.loss_rise(losses, start=2).item() == pytest.approx(0.5)
+    falling = torch.tensor([[3.0, 2.0], [2.0, 2.5], [1.0, 1.0]])
+    assert experiment.loss_rise(falling).tolist() == pytest.approx([0.0, math.log(1.25)])
+
+
+def test_the_paired_standard_error():
     a = torch.tensor([1.0, 0.0, 1.0, 1.0])
     b = torch.tensor([0.0, 0.0, 1.0, 0.0])
     # differences (1, 0, 0, 1): standard deviation 1/sqrt(3), over sqrt(4)
@@ -532,11 +612,14 @@ def test_the_nulls_never_call_the_mechanism(monkeypatch):
 
     for name in ("selu", "lecun_normal_", "alpha_dropout", "plain_dropout", "moment_map"):
         monkeypatch.setattr(selu, name, broken)
-    for arm in ("relu_he", "elu_lecun", "selu_he", "relu_he_bn"):
-        experiment.mlp(8, 3, depth=2, width=4, arm=arm)(torch.zeros(2, 8))
+    for arm in experiment.ARMS:
+        if arm != "snn":
+            experiment.mlp(8, 3, depth=2, width=4, arm=arm)(torch.zeros(2, 8))
     for name in ("relu", "tanh", "elu", "torch_selu"):
         experiment.forward_statistics(name, depth=2, width=8, n=4, dropout="dropout")
+        experiment.last_layer(name, depth=2, width=8, n=4)
         experiment.gradient_growth(name, depth=3, width=8)
+    experiment.chi_1_range(selu.THEOREM_1_DOMAIN, points=2)
     experiment.forward_statistics("torch_selu", depth=2, width=8, n=4, dropout="zero_alpha_dropout")
     experiment.quadrature_domain(selu.THEOREM_1_DOMAIN, alpha=1.0, lam=1.0, points=2)
     with pytest.raises(AssertionError, match="a null reached"):
@@ -601,6 +684,58 @@ def test_chi_1_matches_monte_carlo():
     z2 = randn(2_000_000, seed=12) * math.sqrt(2.0)  # tau = 2: He's variance
     slope = torch.where(z2 > 0, LAMBDA_01, LAMBDA_01 * ALPHA_01 * torch.exp(z2))
     assert experiment.chi_1(tau=2.0) == pytest.approx(2 * slope.square().mean().item(), rel=2e-3)
+
+
+def test_gradient_factor_is_the_geometric_mean_per_layer():
+    growth = torch.tensor([8.0, 4.0, 2.0, 1.0], dtype=torch.float64)
+    assert experiment.gradient_factor(growth) == pytest.approx(2.0)
+    selu_growth = experiment.gradient_growth("selu", depth=32, width=128, seed=1)
+    assert experiment.gradient_factor(selu_growth) == pytest.approx(experiment.chi_1(), rel=0.05)
+    tanh_growth = experiment.gradient_growth("tanh", depth=8, width=256, init_scale=32.0, seed=1)
+    assert experiment.gradient_factor(tanh_growth) > 2.5  # a saturated tanh: chi_1 about 3
+    with pytest.raises(ValueError, match="at least two layers"):
+        experiment.gradient_factor(growth[:1])
+
+
+def test_chi_1_range_on_theorem_ones_domain_holds_the_fixed_points_chi_1():
+    low, high = experiment.chi_1_range(selu.THEOREM_1_DOMAIN)
+    assert low < experiment.chi_1() < high
+    # a corner by Monte Carlo: mu = omega = 0.1, nu = 1.5, tau = 1.1 (z ~ N(0.01, 1.65))
+    z = 0.01 + randn(2_000_000, seed=13) * math.sqrt(1.65)
+    slope = torch.where(z > 0, LAMBDA_01, LAMBDA_01 * ALPHA_01 * torch.exp(z))
+    corner = 1.1 * slope.square().mean().item()
+    assert low - 1e-3 <= corner <= high + 1e-3
+    one_point = {k: (v, v) for k, v in {"mu": 0.0, "omega": 0.0, "nu": 1.0, "tau": 1.0}.items()}
+    assert experiment.chi_1_range(one_point, points=2) == pytest.approx(
+        (experiment.chi_1(),) * 2, rel=1e-9
+    )
+
+
+def test_unit_moments_and_the_share_of_units_in_the_box():
+    x = torch.tensor([[0.0, 1.0, 0.0], [0.0, -1.0, 2.0], [0.1, 2.0, 4.0]], dtype=torch.float64)
+    moments = experiment.unit_moments(x)
+    assert moments[:, 0].tolist() == pytest.approx([1 / 30, 2 / 3, 2.0])
+    assert moments[:, 1].tolist() == pytest.approx([1 / 300, 7 / 3, 4.0])
+    inside = torch.tensor([[0.0, 1.0], [0.05, 0.9], [0.2, 1.0], [0.0, 1.6]], dtype=torch.float64)
+    assert experiment.units_in_box(inside) == pytest.approx(0.5)
+    assert experiment.average_unit(inside) == pytest.approx((0.0625, 1.125))
+
+
+def test_last_layer_is_the_network_forward_statistics_runs():
+    x = experiment.last_layer("tanh", depth=5, width=16, n=40, init_scale=2.0, seed=4)
+    stats = experiment.forward_statistics("tanh", depth=5, width=16, n=40, init_scale=2.0, seed=4)
+    assert x.shape == (40, 16)
+    assert torch.allclose(torch.stack([x.mean(), x.var()]), stats[-1])
+
+
+def test_a_wide_selu_network_keeps_more_of_its_units_in_the_box():
+    share = {
+        width: experiment.units_in_box(
+            experiment.unit_moments(experiment.last_layer("selu", depth=32, width=width, n=512))
+        )
+        for width in (32, 256)
+    }
+    assert share[32] < share[256]
 
 
 def test_fraction_in_theorem_domain_counts_units_with_both_sums_in_range():

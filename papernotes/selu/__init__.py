@@ -72,8 +72,9 @@ def _check_floating(name: str, x) -> None:
         raise TypeError(f"{name} must be a floating-point tensor; got {got}")
 
 
-class SELU(nn.Module):
-    """`selu` as a layer."""
+class SELU(nn.SELU):
+    """`selu` as a layer. An `nn.SELU` by type, so that code that stacks networks of elementwise
+    layers (`papernotes.together`) runs it as one; its forward is this module's `selu`."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return selu(x)

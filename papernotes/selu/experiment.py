@@ -28,7 +28,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from papernotes import batch_norm, checks, selu, training
+from papernotes import batch_norm, checks, selu, together, training
 from papernotes.data import minibatches
 
 # Random streams: the random networks' inputs, weights and dropout masks; the classifiers'
@@ -125,6 +125,29 @@ def forward_statistics(
     per layer the mean and the variance over all units and inputs. Everything random follows
     `seed`; the weights do not depend on the inputs' variance or the activation.
     """
+    layers = _forward(name, depth, width, n, init_scale, dropout, p, input_variance, seed)
+    return torch.stack([torch.stack([x.mean(), x.var()]) for x in layers])
+
+
+def last_layer(
+    name: str,
+    *,
+    depth: int = 32,
+    width: int = 256,
+    n: int = 256,
+    init_scale: float = 1.0,
+    input_variance: float = 1.0,
+    seed: int = 0,
+) -> torch.Tensor:
+    """The activations (n, width) after the last of `depth` layers of the network
+    `forward_statistics` describes (the same weights and inputs for the same arguments), without
+    dropout: each column is one unit's values over the inputs."""
+    *_, x = _forward(name, depth, width, n, init_scale, "none", 0.1, input_variance, seed)
+    return x
+
+
+def _forward(name, depth, width, n, init_scale, dropout, p, input_variance, seed):
+    """The activations after each layer of `forward_statistics`'s network, as a list."""
     depth, width, n = (
         checks.integer(k, v) for k, v in (("depth", depth), ("width", width), ("n", n))
     )
@@ -136,8 +159,8 @@ def forward_statistics(
     f, next_weight = _random_layers(name, width, init_scale, seed)
     noise = training.generator(seed, NOISE)
     x = torch.randn(n, width, generator=training.generator(seed, INPUTS)) * input_variance**0.5
-    stats = torch.empty(depth, 2)
-    for layer in range(depth):
+    layers = []
+    for _ in range(depth):
         x = f(x @ next_weight().T)
         if dropout == "dropout":
             x = null_dropout(x, p, None, noise)
@@ -145,8 +168,33 @@ def forward_statistics(
             x = selu.alpha_dropout(x, p, generator=noise)
         elif dropout == "zero_alpha_dropout":
             x = null_dropout(x, p, 0.0, noise)
-        stats[layer] = torch.stack([x.mean(), x.var()])
-    return stats
+        layers.append(x)
+    return layers
+
+
+def unit_moments(x: torch.Tensor) -> torch.Tensor:
+    """Each unit's mean and variance over the inputs: (units, 2) for activations (n, units)."""
+    checks.tensor("x", x, "(N, U)", dtype="floating")
+    return torch.stack([x.mean(0), x.var(0)], -1)
+
+
+def units_in_box(moments: torch.Tensor) -> float:
+    """The share of units whose own (mean, variance) lie in Theorem 1's (mu, nu) box."""
+    checks.tensor("moments", moments, "(U, 2)", dtype="floating")
+    (mu_low, mu_high), (nu_low, nu_high) = (
+        selu.THEOREM_1_DOMAIN["mu"],
+        selu.THEOREM_1_DOMAIN["nu"],
+    )
+    mean, variance = moments.unbind(-1)
+    inside = (mean >= mu_low) & (mean <= mu_high) & (variance >= nu_low) & (variance <= nu_high)
+    return inside.double().mean().item()
+
+
+def average_unit(moments: torch.Tensor) -> tuple[float, float]:
+    """The layer's average unit: the mean over units of each unit's mean and variance."""
+    checks.tensor("moments", moments, "(U, 2)", dtype="floating")
+    mean, variance = moments.mean(0).tolist()
+    return mean, variance
 
 
 def gradient_growth(
@@ -175,6 +223,36 @@ def gradient_growth(
         grads = torch.autograd.grad((x * r).sum(), pre)
     squared = torch.stack([g.double().square().sum() for g in grads])
     return squared / squared[-1]
+
+
+def gradient_factor(growth: torch.Tensor) -> float:
+    """The per-layer factor of a squared gradient norm, measured: the geometric mean over the
+    layers of `gradient_growth`'s profile, (first / last) ** (1 / (depth - 1)); the mean field
+    calls it chi_1."""
+    checks.tensor("growth", growth, "(L,)", dtype="floating")
+    if len(growth) < 2:
+        raise ValueError(f"growth needs at least two layers; got {len(growth)}")
+    return (growth[0] / growth[-1]).item() ** (1 / (len(growth) - 1))
+
+
+def chi_1_range(domain: dict, points: int = 11) -> tuple[float, float]:
+    r"""(smallest, largest) of $\chi_1 = \tau\,\mathbb E[\mathrm{selu}'(z)^2]$,
+    $z \sim \mathcal N(\mu\omega, \nu\tau)$, on a grid of `domain` (`domain_grid`): the
+    per-layer gradient factors of SELU networks whose statistics and weights lie in it. With
+    torch's SELU constants and this module's closed form, apart from the mechanism:
+    $\mathbb E[\mathrm{selu}'^2] = \lambda^2 (\Phi(m/s) + \alpha^2 e^{2m + 2v}
+    \Phi(-(m + 2v)/s))$ with $m = \mu\omega$, $v = \nu\tau$, $s = \sqrt v$."""
+    mu, omega, nu, tau = domain_grid(domain, points)
+    m, v = mu * omega, nu * tau
+    s = v.sqrt()
+
+    def phi(x):  # the standard normal's distribution function
+        return 0.5 * torch.erfc(-x / math.sqrt(2))
+
+    # P(z > 0) + alpha^2 E[e^{2z}; z <= 0],  E[e^{2z}; z <= 0] = e^{2m + 2v} Phi(-(m + 2v)/s)
+    slope = phi(m / s) + TORCH_ALPHA**2 * torch.exp(2 * m + 2 * v) * phi(-(m + 2 * v) / s)
+    chi = tau * TORCH_LAMBDA**2 * slope
+    return chi.min().item(), chi.max().item()
 
 
 def fraction_in_theorem_domain(weight: torch.Tensor) -> float:
@@ -374,35 +452,67 @@ def chi_1(tau: float = 1.0, nu: float = 1.0) -> float:
 
 # -- deep classifiers: the SNN, the ReLU network, and the ablations of self-normalisation -------
 
-# name: (activation, initialisation, batch normalization after each hidden linear layer). Only
-# "snn" runs the mechanism (its SELU, its LeCun-normal weights); the others are the nulls, on
-# torch's activations (torch's own SELU for "selu_he") and weights drawn by this module.
+
+class ScaledELU(nn.ELU):
+    r"""$\lambda\,\mathrm{elu}_\alpha(x)$ on torch's ELU: a SELU with other constants, for the
+    nulls (never the mechanism's code). An `nn.ELU`, so that the book's stacks
+    (`papernotes.together`) run it as the elementwise activation it is."""
+
+    def __init__(self, alpha: float, lam: float):
+        super().__init__(alpha=alpha)
+        self.lam = lam
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.lam * F.elu(x, alpha=self.alpha)
+
+    def extra_repr(self) -> str:
+        return f"alpha={self.alpha}, lam={self.lam}"
+
+
+# name: (activation, initialisation, where the batch normalization goes: None, "before" or
+# "after" the activation). Only "snn" runs the mechanism (its SELU, its LeCun-normal weights);
+# the others are the nulls, on torch's activations and weights drawn by this module.
 ARMS = {
-    "snn": ("selu", "lecun", False),
-    "relu_he": ("relu", "he", False),
-    "elu_lecun": ("elu", "lecun", False),
-    "selu_he": ("torch_selu", "he", False),
-    "relu_he_bn": ("relu", "he", True),
+    "snn": ("selu", "lecun", None),
+    "relu_he": ("relu", "he", None),
+    "relu_lsuv": ("relu", "lsuv", None),
+    "elu_lecun": ("elu", "lecun", None),
+    "selu_lambda_one": ("selu_lambda_one", "lecun", None),
+    "selu_alpha_one": ("selu_alpha_one", "lecun", None),
+    "selu_he": ("torch_selu", "he", None),
+    "relu_he_bn": ("relu", "he", "before"),
+    "relu_he_bn_after": ("relu", "he", "after"),
 }
 ARM_NAMES = {
     "snn": "SNN: SELU, LeCun",
     "relu_he": "ReLU, He",
+    "relu_lsuv": "ReLU, LSUV",
     "elu_lecun": "ELU, LeCun",
+    "selu_lambda_one": "SELU with λ = 1, LeCun",
+    "selu_alpha_one": "SELU with α = 1, LeCun",
     "selu_he": "SELU, He",
-    "relu_he_bn": "ReLU, He, batch norm",
+    "relu_he_bn": "ReLU, He, BN before ReLU",
+    "relu_he_bn_after": "ReLU, He, BN after ReLU",
 }
-_MODULES = {"selu": lambda: selu.SELU(), "torch_selu": nn.SELU, "relu": nn.ReLU, "elu": nn.ELU}
+_MODULES = {
+    "selu": lambda: selu.SELU(),
+    "torch_selu": nn.SELU,
+    "relu": nn.ReLU,
+    "elu": nn.ELU,
+    "selu_lambda_one": lambda: nn.ELU(alpha=TORCH_ALPHA),
+    "selu_alpha_one": lambda: ScaledELU(alpha=1.0, lam=TORCH_LAMBDA),
+}
 
 
 def mlp(n_in: int, n_out: int, *, depth: int, width: int, arm: str = "snn") -> nn.Sequential:
     """`depth` hidden layers of `width` units and a linear output, biases at zero, for one of
     `ARMS`: its activation, its initialisation of the hidden layers (LeCun-normal, variance
-    1/n, or He-normal, 2/n, the one made for ReLU) and, for "relu_he_bn", the book's batch
-    normalization (`papernotes.batch_norm.BatchNorm`) between each hidden linear layer and its
-    activation. The output layer is LeCun-normal in every arm: the mechanism's
-    `selu.lecun_normal_` in the SNN, `lecun_weights_` in the nulls (the same numbers). The
-    weights are drawn from torch's global generator, layer by layer (`training.seeded` around
-    the call)."""
+    1/n; He-normal, 2/n, the one made for ReLU; "lsuv": orthogonal, to be rescaled on data by
+    `lsuv_start`) and the book's batch normalization
+    (`papernotes.batch_norm.BatchNorm`) before or after each hidden activation. The output layer
+    is LeCun-normal in every arm: the mechanism's `selu.lecun_normal_` in the SNN,
+    `lecun_weights_` in the nulls (the same numbers). The weights are drawn from torch's global
+    generator, layer by layer (`training.seeded` around the call)."""
     n_in, n_out, depth, width = (
         checks.integer(k, v)
         for k, v in (("n_in", n_in), ("n_out", n_out), ("depth", depth), ("width", width))
@@ -415,19 +525,45 @@ def mlp(n_in: int, n_out: int, *, depth: int, width: int, arm: str = "snn") -> n
             selu.lecun_normal_(linear.weight)
         elif initialisation == "lecun" or is_output:
             lecun_weights_(linear.weight)
+        elif initialisation == "lsuv":
+            nn.init.orthogonal_(linear.weight)  # LSUV's start, rescaled on data by lsuv_start
         else:
             nn.init.kaiming_normal_(linear.weight, nonlinearity="relu")
         nn.init.zeros_(linear.bias)
 
     model = training.mlp([n_in, *[width] * depth, n_out], _MODULES[name], init=init)
-    if not normalised:
+    if normalised is None:
         return model
     layers = []
     for module in model:
-        layers.append(module)
-        if isinstance(module, nn.Linear) and module is not model[-1]:
-            layers.append(batch_norm.BatchNorm(module.out_features))
+        hidden = module is not model[-1]
+        if normalised == "before" and isinstance(module, nn.Linear) and hidden:
+            layers += [module, batch_norm.BatchNorm(module.out_features)]
+        elif normalised == "after" and not isinstance(module, nn.Linear):
+            layers += [module, batch_norm.BatchNorm(width)]
+        else:
+            layers.append(module)
     return nn.Sequential(*layers)
+
+
+@torch.no_grad()
+def lsuv_start(model: nn.Sequential, x: torch.Tensor) -> None:
+    r"""Layer-sequential unit-variance initialisation (LSUV, Mishkin & Matas 2016), on a
+    network whose hidden weights are orthogonal: first to last, divide each hidden linear
+    layer's weights by the standard deviation of its outputs over the inputs x (all units and
+    examples pooled), so that every layer's outputs have variance 1 at the start, with the
+    layers before it already rescaled. A data-dependent start, and never again."""
+    checks.tensor("x", x, "(N, D)", dtype="floating")
+    if any(isinstance(m, batch_norm.BatchNorm) for m in model):
+        raise ValueError("lsuv_start rescales networks without batch normalization")
+    h = x
+    for module in model[:-1]:
+        h = module(h)
+        if isinstance(module, nn.Linear):
+            # W <- W / sqrt(Var(W u + b)) with b = 0: the layer's outputs get variance 1
+            std = h.std()
+            module.weight.div_(std)
+            h = h / std
 
 
 def standardize(train_x: torch.Tensor, *others: torch.Tensor) -> list[torch.Tensor]:
@@ -440,10 +576,12 @@ def standardize(train_x: torch.Tensor, *others: torch.Tensor) -> list[torch.Tens
     return [(x - mean) / std for x in (train_x, *others)]
 
 
-class Ensemble(nn.Module):
-    """`members` copies of one MLP (an nn.Sequential of nn.Linear, batch_norm.BatchNorm and
-    elementwise activations, as `mlp` builds), trained side by side as one module: each member
-    has its own weights, starts from the model's and sees the same minibatches.
+class BatchNormStack(nn.Module):
+    """`members` copies of an `mlp` with the book's batch normalization, trained side by side
+    as one module: the networks `together.stack` cannot batch with matrix products (its general
+    path, torch.func's vmap, runs them two to three times slower here and warns on every update
+    that the batch norm's running averages fall back to a loop). Each member has its own
+    weights, starts from the model's and sees the same minibatches.
 
     The members' linear layers are one batched matrix product (weights (members, out, in)),
     their batch norms one `BatchNorm` over members x features (each member's statistics over its
@@ -491,6 +629,10 @@ class Ensemble(nn.Module):
                 h = layer(h)
         return h
 
+    def on_all(self, x: torch.Tensor) -> torch.Tensor:
+        """The members on the same x (B, D): (members, B, classes), as `together`'s stacks."""
+        return self(x)
+
     def member(self, k: int) -> nn.Sequential:
         """Member `k` as a stand-alone copy of the model, in eval mode."""
         k = checks.integer("k", k, 0)
@@ -515,40 +657,106 @@ def _repeat(parameter: torch.Tensor, members: int) -> torch.Tensor:
     return parameter.detach().unsqueeze(0).repeat(members, *[1] * parameter.dim())
 
 
+def stack_of(model: nn.Sequential, members: int):
+    """`members` copies of `model` as one stacked model with `on_all(x)` and `member(k)`:
+    `together.stack` (batched matrix products) for networks of linear layers and elementwise
+    activations, `BatchNormStack` for those with batch normalization."""
+    if any(isinstance(m, batch_norm.BatchNorm) for m in model):
+        return BatchNormStack(model, members)
+    return together.stack([copy.deepcopy(model) for _ in range(members)])
+
+
+def train_members(
+    stack, rates: tuple[float, ...], losses_of_update, steps: int, *, evaluate, eval_every, desc
+) -> list[training.History]:
+    """Plain SGD of every member of `stack` at its own rate through the book's loop: each
+    member's History (`evaluate()` gives per-member values, (members,)), a member whose loss
+    stops being finite stopping alone. `together.train` with `together.SGD` for `together`'s
+    stacks; for a `BatchNormStack`, the members' losses weighted by their rates and stepped at
+    rate 1, which moves member k by -rate_k times its own gradient, as its own SGD would."""
+    if not isinstance(stack, BatchNormStack):
+        return together.train(
+            stack,
+            together.SGD(stack.parameters(), lr=list(rates)),
+            losses_of_update,
+            steps,
+            evaluate=evaluate,
+            eval_every=eval_every,
+            desc=desc,
+        )
+    weights = torch.tensor(rates)
+    alive = torch.ones(len(rates), dtype=torch.bool)
+    histories = [training.History() for _ in rates]
+    last = [math.nan] * len(rates)
+
+    def loss_of_update(i: int) -> torch.Tensor:
+        losses = losses_of_update(i)
+        for k, value in enumerate(losses.detach().tolist()):
+            if alive[k]:
+                last[k] = value
+                if not math.isfinite(value):
+                    alive[k] = False
+                    histories[k].diverged = True
+        if not alive.any():
+            return losses.sum()  # not finite: the loop stops updating
+        # sum_k lr_k L_k, stepped with rate 1: member k moves by -lr_k grad L_k
+        return (weights[alive] * losses[alive]).sum()
+
+    def log_members() -> dict:
+        metrics = {name: torch.as_tensor(v).tolist() for name, v in evaluate().items()}
+        step = min((len(histories[0].steps) + 1) * eval_every, steps)  # training.train's
+        for k, history in enumerate(histories):
+            history.log(step, {"loss": last[k], **{n: v[k] for n, v in metrics.items()}})
+        return {}
+
+    training.train(
+        stack,
+        torch.optim.SGD(stack.parameters(), lr=1.0),
+        loss_of_update,
+        steps,
+        evaluate=log_members,
+        eval_every=eval_every,
+        desc=desc,
+    )
+    return histories
+
+
 @dataclass
-class ArmRun(training.Run):
-    """One arm trained at every learning rate of a grid: the model (an `Ensemble`, member k at
-    `learning_rates[k]`), its History ("val_accuracy/<k>" per member), the update at which
-    each member's loss stopped being finite (None: it never did), and every update's training
-    loss on its minibatch, (updates, members)."""
+class ArmRun:
+    """One arm trained at every learning rate of a grid, side by side (`together`): the stack
+    (member k at `learning_rates[k]`) and each member's History ("val_accuracy"; `diverged`
+    once its loss stopped being finite)."""
 
     arm: str
     learning_rates: tuple[float, ...]
-    diverged_at: list[int | None]
-    losses: torch.Tensor
+    stack: nn.Module
+    histories: list[training.History]
+
+    def member(self, k: int) -> nn.Module:
+        """The network trained at `learning_rates[k]`, as a plain module in eval mode."""
+        return self.stack.member(k)
+
+    def diverged(self) -> list[bool]:
+        return [h.diverged for h in self.histories]
 
     def val_accuracy(self) -> list[float]:
         """Each member's validation accuracy after the last update."""
-        return [self.history.final(f"val_accuracy/{k}") for k in range(len(self.learning_rates))]
+        return [h.final("val_accuracy") for h in self.histories]
 
     def validation_scores(self) -> dict[float, float]:
         """Each learning rate to its member's final validation accuracy, 0 for a member whose
         loss stopped being finite (for `pn.Arm.best`)."""
         return {
-            rate: 0.0 if step is not None else score
-            for rate, score, step in zip(
-                self.learning_rates, self.val_accuracy(), self.diverged_at, strict=True
-            )
+            rate: 0.0 if h.diverged else h.final("val_accuracy")
+            for rate, h in zip(self.learning_rates, self.histories, strict=True)
         }
 
-    def chosen(self) -> int:
-        """The member with the best final validation accuracy among those that did not
-        diverge (the first of equals)."""
-        scores = self.val_accuracy()
-        alive = [k for k, step in enumerate(self.diverged_at) if step is None] or list(
-            range(len(scores))
-        )
-        return max(alive, key=lambda k: (scores[k], -k))
+
+def _rates(learning_rates) -> tuple[float, ...]:
+    rates = tuple(checks.number("learning_rates", r, 0.0, low_open=True) for r in learning_rates)
+    if not rates:
+        raise ValueError("learning_rates must hold at least one rate")
+    return rates
 
 
 def train_arm(
@@ -567,72 +775,138 @@ def train_arm(
     eval_every: int = 50,
 ) -> ArmRun:
     """Train `mlp(..., arm=arm)` with plain SGD (the paper's optimiser) on cross-entropy at
-    each of `learning_rates`, one `Ensemble` member per rate, all from the same initial weights
-    (of `seed`) and on the same minibatches (stream BATCHES of `seed`).
-
-    Member k's loss is weighted by its rate and the ensemble steps with rate 1: SGD's update
-    is linear in the gradient, so each member makes exactly the updates of plain SGD at its own
-    rate. A member whose loss stops being finite leaves the sum from then on (it has diverged);
+    each of `learning_rates`, trained together as one stacked model (`stack_of`):
+    every member starts from the same initial weights (of `seed`; LSUV's rescaled on the
+    training inputs) and sees the same minibatches (stream BATCHES of `seed`), and makes
+    exactly the updates of its own run. A member whose loss stops being finite stops updating;
     the others carry on."""
     d = checks.tensor("train_x", train_x, "(N, D)", dtype="floating")
     checks.tensor("train_y", train_y, "(N,)", N=d["N"])
     checks.tensor("val_x", val_x, "(M, D)", D=d["D"], dtype="floating")
     checks.tensor("val_y", val_y, "(M,)", M=val_x.shape[0])
     checks.one_of("arm", arm, tuple(ARMS))
-    rates = tuple(checks.number("learning_rates", r, 0.0, low_open=True) for r in learning_rates)
-    if not rates:
-        raise ValueError("learning_rates must hold at least one rate")
-    n_classes = int(train_y.max()) + 1
+    rates = _rates(learning_rates)
     with training.seeded(seed):
-        model = mlp(d["D"], n_classes, depth=depth, width=width, arm=arm)
-    ensemble = Ensemble(model, len(rates))
-    weights = torch.tensor(rates)
-    alive = torch.ones(len(rates), dtype=torch.bool)
-    diverged_at: list[int | None] = [None] * len(rates)
-    recorded: list[torch.Tensor] = []
+        model = mlp(d["D"], int(train_y.max()) + 1, depth=depth, width=width, arm=arm)
+    if ARMS[arm][1] == "lsuv":
+        lsuv_start(model, train_x)
+    stack = stack_of(model, len(rates))
     batches = minibatches(d["N"], batch_size, training.generator(seed, BATCHES))
 
-    def loss_of_update(i: int) -> torch.Tensor:
+    def losses_of_update(_: int) -> torch.Tensor:
         index = next(batches)
-        logits = ensemble(train_x[index])  # (members, B, classes)
-        # each member's mean cross-entropy: cross_entropy takes (members, classes, B)
-        losses = F.cross_entropy(
-            logits.transpose(1, 2), train_y[index].expand(len(rates), -1), reduction="none"
-        ).mean(1)
-        recorded.append(losses.detach().clone())
-        finite = torch.isfinite(losses.detach())
-        for k in torch.nonzero(alive & ~finite).flatten().tolist():
-            diverged_at[k] = i
-        alive.logical_and_(finite)
-        if not alive.any():
-            return losses.sum()  # not finite: the loop stops updating
-        # sum_k lr_k L_k, stepped with rate 1: member k moves by -lr_k grad L_k
-        return (weights[alive] * losses[alive]).sum()
+        return together.cross_entropy(stack.on_all(train_x[index]), train_y[index])
 
-    def evaluate() -> dict[str, float]:
-        correct = ensemble(val_x).argmax(-1) == val_y
-        return {f"val_accuracy/{k}": a for k, a in enumerate(correct.float().mean(1).tolist())}
-
-    history = training.train(
-        ensemble,
-        torch.optim.SGD(ensemble.parameters(), lr=1.0),
-        loss_of_update,
+    histories = train_members(
+        stack,
+        rates,
+        losses_of_update,
         steps,
-        evaluate=evaluate,
+        evaluate=lambda: {"val_accuracy": together.accuracy(stack.on_all(val_x), val_y)},
         eval_every=eval_every,
         desc=ARM_NAMES[arm],
     )
-    return ArmRun(ensemble, history, arm, rates, diverged_at, torch.stack(recorded))
+    return ArmRun(arm, rates, stack, histories)
 
 
-def loss_roughness(losses: torch.Tensor, start: int = 0) -> torch.Tensor:
-    r"""How much a training curve jumps from update to update: the absolute change of the log
-    training loss between consecutive updates, $|\ln L_{t+1} - \ln L_t|$, for the updates
-    from `start` on: (updates - start - 1,) for a curve (updates,). Its mean is the curve's
-    roughness; two curves on the same minibatches compare update by update."""
-    checks.tensor("losses", losses, "(T,)", dtype="floating")
+# -- the paper's Figure 1: training curves at one learning rate ------------------------------------
+
+# The two networks of the authors' released Figure 1 code: SELU with LeCun-normal weights, and
+# ReLU with He-normal weights and batch normalization after each hidden activation.
+FIGURE_ONE_ARMS = ("snn", "relu_he_bn_after")
+
+
+@dataclass
+class CurveRun:
+    """One network trained at each of a few learning rates side by side, with its training
+    loss over the whole training set before every epoch: `losses` (epochs + 1, rates), the
+    last row after the last epoch."""
+
+    arm: str
+    learning_rates: tuple[float, ...]
+    losses: torch.Tensor
+
+
+def training_set_loss(stack, x: torch.Tensor, y: torch.Tensor, batch_size: int) -> torch.Tensor:
+    """Each member's mean cross-entropy over the training set, in training mode (batch
+    normalization with each minibatch's statistics, as the released code measures it), over
+    the unshuffled minibatches of `batch_size` (the last partial one left out): (members,).
+    Without batch normalization the minibatches do not interact, and one pass does them all."""
+    n = len(x) // batch_size * batch_size
+    was_training = stack.training
+    stack.train()
+    with torch.no_grad():
+        if isinstance(stack, BatchNormStack):
+            per_batch = [
+                together.cross_entropy(stack.on_all(x[i : i + batch_size]), y[i : i + batch_size])
+                for i in range(0, n, batch_size)
+            ]
+            loss = torch.stack(per_batch).mean(0)
+        else:
+            loss = together.cross_entropy(stack.on_all(x[:n]), y[:n])
+    stack.train(was_training)
+    return loss
+
+
+def train_curves(
+    train_x: torch.Tensor,
+    train_y: torch.Tensor,
+    *,
+    arm: str,
+    learning_rates,
+    seed: int,
+    epochs: int,
+    depth: int = 8,
+    width: int = 64,
+    batch_size: int = 64,
+) -> CurveRun:
+    r"""The released Figure 1 run, for one of `FIGURE_ONE_ARMS` at each of `learning_rates`
+    (trained together, `stack_of`): plain SGD on the cross-entropy *summed* over each
+    minibatch of `batch_size` (the released code's loss, so a rate is per example), `epochs`
+    shuffled passes (stream BATCHES of `seed`) over the training set, and before every epoch
+    and after the last the whole training set's loss (`training_set_loss`)."""
+    d = checks.tensor("train_x", train_x, "(N, D)", dtype="floating")
+    checks.tensor("train_y", train_y, "(N,)", N=d["N"])
+    checks.one_of("arm", arm, FIGURE_ONE_ARMS)
+    rates = _rates(learning_rates)
+    epochs = checks.integer("epochs", epochs)
+    with training.seeded(seed):
+        model = mlp(d["D"], int(train_y.max()) + 1, depth=depth, width=width, arm=arm)
+    stack = stack_of(model, len(rates))
+    batches = minibatches(d["N"], batch_size, training.generator(seed, BATCHES))
+    per_epoch = d["N"] // batch_size
+    losses = [training_set_loss(stack, train_x, train_y, batch_size)]
+
+    def losses_of_update(_: int) -> torch.Tensor:
+        index = next(batches)
+        # the loss summed over the minibatch, as the released code's
+        return batch_size * together.cross_entropy(stack.on_all(train_x[index]), train_y[index])
+
+    def evaluate() -> dict:
+        losses.append(training_set_loss(stack, train_x, train_y, batch_size))
+        return {}
+
+    train_members(
+        stack,
+        rates,
+        losses_of_update,
+        epochs * per_epoch,
+        evaluate=evaluate,
+        eval_every=per_epoch,
+        desc=f"Figure 1, {ARM_NAMES[arm]}",
+    )
+    return CurveRun(arm, rates, torch.stack(losses))
+
+
+def loss_rise(losses: torch.Tensor, start: int = 0) -> torch.Tensor:
+    r"""How far a training curve climbs back: the sum of its rises,
+    $\sum_t \max(0, \ln L_{t+1} - \ln L_t)$, from entry `start` on, of a curve (T,) or of each
+    column of (T, K) (a curve that only falls: 0). The part of the curve's path that is
+    fluctuation, not descent: its total variation in $\ln L$ less its net fall, halved."""
+    columns = isinstance(losses, torch.Tensor) and losses.dim() == 2
+    checks.tensor("losses", losses, "(T, K)" if columns else "(T,)", dtype="floating")
     start = checks.integer("start", start, 0)
-    return losses[start:].log().diff().abs()
+    return losses[start:].log().diff(dim=0).clamp_min(0.0).sum(0)
 
 
 def paired_standard_error(a: torch.Tensor, b: torch.Tensor) -> float:

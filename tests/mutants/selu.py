@@ -91,6 +91,20 @@ def drop_value_of_the_wrong_sign():
     m.alpha_dropout = alpha_dropout
 
 
+def affine_shift_of_the_wrong_sign():
+    """Alpha-dropout's shift b is +a (1 - q) alpha' instead of -a (1 - q) alpha': the mean it
+    should restore moves by 2 a (1 - q) alpha' at every dropout (the dropped units still sit
+    below the kept ones, and the scale a is right)."""
+
+    def alpha_dropout_affine(p, saturation=None):
+        q = 1.0 - p
+        saturation = -m.LAMBDA * m.ALPHA if saturation is None else saturation
+        a = (q + saturation**2 * q * (1 - q)) ** -0.5
+        return a, a * (1 - q) * saturation
+
+    m.alpha_dropout_affine = alpha_dropout_affine
+
+
 MUTANTS = [
     he_initialisation,
     drop_rate_where_the_keep_probability_belongs,
@@ -100,4 +114,5 @@ MUTANTS = [
     dropped_units_at_zero,
     variance_is_the_second_moment,
     drop_value_of_the_wrong_sign,
+    affine_shift_of_the_wrong_sign,
 ]
