@@ -281,7 +281,10 @@ def test_retrieval_batch_rejects_bad_arguments():
 # -- 5. Models and training ------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("settings", [{}, {"fast_lr": 0.0}, {"ablation": True}, {"lstm": True}])
+@pytest.mark.parametrize(
+    "settings",
+    [{}, {"fast_lr": 0.0}, {"core": "no fast weights"}, {"core": "leaky memory"}, {"core": "LSTM"}],
+)
 def test_every_model_maps_tokens_to_ten_logits(settings):
     tokens, _ = experiment.retrieval_batch(5, 4, gen(22))
     with seeded(0):
@@ -289,23 +292,42 @@ def test_every_model_maps_tokens_to_ten_logits(settings):
     assert model(tokens).shape == (5, 10)
 
 
-def test_the_ablation_and_the_lstm_have_the_same_hidden_size():
-    ablation = experiment.RetrievalNet(fast_lr=0.0)
-    lstm = experiment.RetrievalNet(lstm=True)
-    assert ablation.core.fast_lr == 0.0 and ablation.core.hidden_size == 32
-    assert lstm.core.hidden_size == 32
+def test_every_core_has_the_same_hidden_size():
+    for core in experiment.CORES:
+        assert experiment.RetrievalNet(core=core).core.hidden_size == 32, core
+    assert experiment.RetrievalNet(fast_lr=0.0).core.fast_lr == 0.0
 
 
 def test_retrieval_net_rejects_bad_settings_and_tokens():
-    with pytest.raises(ValueError, match="LSTM takes no fast-weight settings"):
-        experiment.RetrievalNet(lstm=True, decay=0.9)
-    with pytest.raises(TypeError, match="lstm must be True or False"):
-        experiment.RetrievalNet(lstm="yes")
+    with pytest.raises(ValueError, match="the 'LSTM' core does not take"):
+        experiment.RetrievalNet(core="LSTM", decay=0.9)
+    with pytest.raises(ValueError, match="core must be one of"):
+        experiment.RetrievalNet(core="gru")
     model = experiment.RetrievalNet(hidden_size=4, embedding_size=5)
     with pytest.raises(TypeError, match="tokens must be a torch.int64 tensor"):
         model(torch.zeros(2, 11))
     with pytest.raises(ValueError, match=r"token ids must lie in \[0, 36\]"):
-        model(torch.full((2, 11), 37))
+        experiment.retrieval_accuracy(model, (torch.full((2, 11), 37), torch.zeros(2).long()))
+
+
+@pytest.mark.parametrize("core", list(experiment.CORES))
+def test_the_token_table_gives_the_states_and_gradients_of_mapping_every_position(core):
+    # C e + b computed once per token and looked up is C x(t) + b at every position: the same
+    # hidden states and the same gradients as the core run on the embedded sequence.
+    tokens, answers = experiment.retrieval_batch(6, 3, gen(70))
+    with seeded(4):
+        model = experiment.RetrievalNet(hidden_size=6, embedding_size=5, core=core).double()
+    through_table = model.hidden_states(tokens)
+    through_positions = model.core(model.embedding(tokens))[0]
+    assert torch.allclose(through_table, through_positions, atol=1e-13)
+    weights = randn(*through_table.shape, seed=71)
+    grads = []
+    for states in (through_table, through_positions):
+        model.zero_grad()
+        (states * weights).sum().backward(retain_graph=True)
+        grads.append([p.grad.clone() for p in model.parameters() if p.grad is not None])
+    for a, b in zip(*grads, strict=True):
+        assert torch.allclose(a, b, atol=1e-12)
 
 
 def test_retrieval_accuracy_counts_the_largest_logit_and_rejects_mismatched_answers():
@@ -406,16 +428,14 @@ def test_the_ablation_is_the_fast_weights_network_with_fast_lr_zero_written_apar
     with torch.no_grad():
         rnn.recurrent_weights.weight.add_(0.2 * randn(7, 7, seed=42))
         rnn.norm.weight.copy_(1 + 0.1 * randn(7, seed=43))
-        ablation.load_state_dict(rnn.state_dict())
+        ablation.load_state_dict(rnn.state_dict(), strict=False)  # its memory stays off
         assert torch.allclose(ablation(x)[0], rnn(x)[0], atol=1e-12)
     assert torch.equal(experiment.LayerNormRNN(3, 4).recurrent_weights.weight, 0.5 * torch.eye(4))
-    net = experiment.RetrievalNet(ablation=True, recurrent_init=0.05)
-    assert isinstance(net.core, experiment.LayerNormRNN)
+    net = experiment.RetrievalNet(core="no fast weights", recurrent_init=0.05)
+    assert isinstance(net.core, experiment.LayerNormRNN) and net.core.memory_rate == 0
     assert torch.equal(net.core.recurrent_weights.weight, 0.05 * torch.eye(32))
-    with pytest.raises(ValueError, match="no fast weights"):
-        experiment.RetrievalNet(ablation=True, decay=0.9)
-    with pytest.raises(ValueError, match="one core"):
-        experiment.RetrievalNet(ablation=True, lstm=True)
+    with pytest.raises(ValueError, match="does not take"):
+        experiment.RetrievalNet(core="no fast weights", decay=0.9)
 
 
 def test_pair_weights_and_the_bootstrap_by_hand():
@@ -433,7 +453,7 @@ def test_pair_weights_and_the_bootstrap_by_hand():
 def test_attention_at_query_rejects_a_model_without_fast_weights():
     with pytest.raises(TypeError, match="fast-weights core"):
         experiment.attention_at_query(
-            experiment.RetrievalNet(lstm=True), experiment.retrieval_batch(2)[0]
+            experiment.RetrievalNet(core="LSTM"), experiment.retrieval_batch(2)[0]
         )
 
 
@@ -680,34 +700,147 @@ def test_a_run_advanced_twice_is_the_run_of_the_sum():
         parts.advance(3)
 
 
-def test_successive_halving_continues_the_best_rates_and_chooses_among_them():
+SMALL = dict(hidden_size=8, embedding_size=6)
+
+
+def small_tuning(arms, lrs=(1e-4, 3e-3, 1e-2, 10.0)):
     validation = experiment.retrieval_batch(40, 2, gen(52))
     train = experiment.retrieval_batch(400, 2, gen(53))
-    lrs = (1e-4, 3e-3, 1e-2, 10.0)
-    runs = experiment.tune_learning_rate(
-        train,
-        validation,
-        seed=0,
-        lrs=lrs,
-        rung=4,
-        steps=8,
-        keep=2,
-        eval_every=2,
-        batch_size=16,
-        hidden_size=8,
-        embedding_size=6,
+    grids = experiment.tune_together(
+        train, validation, seed=0, arms=arms, lrs=lrs, rung=4, steps=8, batch_size=16, eval_every=2
     )
-    at_rung = {lr: sum(r.history["val_loss"][:2]) / 2 for lr, r in runs.items()}
-    kept = sorted(lrs, key=lambda lr: experiment._finite(at_rung[lr]))[:2]
-    assert {lr for lr, r in runs.items() if r.updates == 8} == set(kept)
-    assert all(r.updates == 4 for lr, r in runs.items() if lr not in kept)
-    chosen = experiment.chosen_rate(runs)
-    assert chosen in kept
-    assert runs[chosen].history.final("val_loss") == min(
-        runs[lr].history.final("val_loss") for lr in kept
-    )
+    return grids, train, validation
+
+
+def test_successive_halving_keeps_each_networks_best_rates_and_chooses_among_them():
+    arms = {"no fast weights": {**SMALL, "core": "no fast weights"}}
+    arms["leaky memory"] = {**SMALL, "core": "leaky memory"}
+    grids, _, _ = small_tuning(arms)
+    for grid in grids.values():
+        at_rung = [sum(h["val_loss"][:2]) / 2 for h in grid.histories]
+        kept = sorted(range(4), key=lambda i: experiment._finite(at_rung[i]))[:2]
+        assert {i for i, h in enumerate(grid.histories) if h.steps[-1] == 8} == set(kept)
+        assert all(h.steps == [2, 4] for i, h in enumerate(grid.histories) if i not in kept)
+        assert set(grid.models) == set(kept)
+        assert grid.chosen in [grid.lrs[i] for i in kept]
+        assert grid.run.history.final("val_loss") == min(
+            grid.histories[i].final("val_loss") for i in kept
+        )
+        assert 3 not in kept  # the rate of 10 diverges (or trails): it ranks last
+
+
+@pytest.mark.parametrize(
+    "arms",
+    [
+        {"fast weights": SMALL},
+        {
+            "no fast weights": {**SMALL, "core": "no fast weights"},
+            "leaky memory": {**SMALL, "core": "leaky memory"},
+        },
+        {"LSTM": {**SMALL, "core": "LSTM"}},
+    ],
+    ids=["fast weights", "ablation and leaky memory", "LSTM"],
+)
+def test_each_member_trained_together_takes_the_steps_of_its_own_run(arms):
+    # The stack (and the stack of the kept rates, with the optimizer's state carried over) gives
+    # every member the run it would have alone: the same weights and validation losses, to float
+    # rounding (the batched kernels sum in another order).
+    grids, train, validation = small_tuning(arms, lrs=(1e-3, 1e-2, 3e-2))
+    for name, grid in grids.items():
+        for i, model in grid.models.items():
+            alone = experiment.RetrievalTraining(
+                train, validation, seed=0, batch_size=16, lr=grid.lrs[i], eval_every=2, **arms[name]
+            ).advance(8)
+            for a, b in zip(model.parameters(), alone.model.parameters(), strict=True):
+                assert torch.allclose(a, b, atol=1e-5), name
+            assert grid.histories[i]["val_loss"] == pytest.approx(
+                alone.history["val_loss"], abs=1e-5
+            )
+
+
+def test_tune_together_rejects_bad_arguments():
+    validation = experiment.retrieval_batch(20, 2, gen(55))
+    train = experiment.retrieval_batch(100, 2, gen(56))
+    common = dict(seed=0, lrs=(1e-2,), batch_size=8, eval_every=2)
     with pytest.raises(ValueError, match="rung"):
-        experiment.tune_learning_rate(train, validation, seed=0, lrs=lrs, rung=8, steps=8)
+        experiment.tune_together(train, validation, arms={"a": SMALL}, rung=4, steps=4, **common)
+    with pytest.raises(TypeError, match="arms must map"):
+        experiment.tune_together(train, validation, arms={}, rung=2, steps=4, **common)
+    with pytest.raises(ValueError, match="must share a core class"):
+        both = {"a": SMALL, "b": {**SMALL, "core": "LSTM"}}
+        experiment.tune_together(train, validation, arms=both, rung=2, steps=4, **common)
+
+
+def test_the_leaky_memory_adds_a_decayed_sum_of_the_past_states_inside_ln():
+    # m(t) = lambda m(t-1) + eta h(t), h(t+1) = ReLU(LN[W h(t) + C x(t) + m(t)]), one sequence
+    # at a time by hand; m(t) is the fast weights' read with every dot product set to 1.
+    x = randn(3, 5, 4, seed=72)
+    with seeded(5):
+        core = experiment.LayerNormRNN(4, 6, memory_rate=0.5, memory_decay=0.9).double()
+    with torch.no_grad():
+        core.recurrent_weights.weight.add_(0.3 * randn(6, 6, seed=73))
+        hidden, last = core(x)
+    W, C, b = core.recurrent_weights.weight, core.input_weights.weight, core.input_weights.bias
+    for n in range(3):
+        h, states = torch.zeros(6, dtype=x.dtype), []
+        for t in range(5):
+            past = sum((0.5 * 0.9 ** (t - 1 - s) * states[s] for s in range(t)), torch.zeros(6))
+            h = torch.relu(core.norm(W @ h + C @ x[n, t] + b + past))
+            states.append(h)
+            assert torch.allclose(hidden[n, t], h, atol=1e-12)
+    assert torch.equal(last, hidden[:, -1])
+    ablation = experiment.LayerNormRNN(4, 6).double()
+    ablation.load_state_dict({**core.state_dict(), "memory_rate": torch.tensor(0.0)})
+    with torch.no_grad():
+        assert not torch.allclose(ablation(x)[0], hidden, atol=1e-3)  # the memory matters
+
+
+def test_the_written_out_lstm_is_torchs_lstm_with_its_forget_bias_set():
+    x = randn(3, 5, 4, seed=74)
+    with seeded(6):
+        ours = experiment.LSTM(4, 6, forget_bias=1.0).double()
+    theirs = torch.nn.LSTM(4, 6, batch_first=True).double()
+    with torch.no_grad():
+        theirs.weight_ih_l0.copy_(ours.input_weights.weight)
+        theirs.bias_ih_l0.copy_(ours.input_weights.bias)
+        theirs.weight_hh_l0.copy_(ours.recurrent_weights.weight)
+        theirs.bias_hh_l0.zero_()
+        assert torch.allclose(ours(x)[0], theirs(x)[0], atol=1e-12)
+    assert torch.equal(ours.input_weights.bias[6:12], torch.ones(6, dtype=torch.float64))
+    bound = 1 / 6**0.5
+    assert ours.recurrent_weights.weight.abs().max() <= bound  # torch's draw, +-1/sqrt(H)
+    assert ours.input_weights.bias[:6].abs().max() <= bound
+
+
+def test_capacity_sets_and_the_pairs_a_network_remembers():
+    sets = experiment.capacity_sets(0, (2, 5), size=30)
+    assert sets[2][0].shape == (30, 7) and sets[5][0].shape == (30, 13)
+    again = experiment.capacity_sets(0, (2, 5), size=30)
+    assert torch.equal(sets[5][0], again[5][0])
+    assert experiment.pairs_remembered(0.1, 8) == pytest.approx(0.0)  # chance: no pair
+    assert experiment.pairs_remembered(1.0, 8) == pytest.approx(8.0)  # every pair
+    assert experiment.pairs_remembered(0.1 + 0.9 * 3 / 8, 8) == pytest.approx(3.0)
+    with pytest.raises(ValueError, match="accuracy"):
+        experiment.pairs_remembered(1.5, 8)
+
+
+def test_the_slow_networks_read_is_the_papers_read_on_their_own_states():
+    tokens, _ = experiment.retrieval_batch(4, 3, gen(75))
+    with seeded(7):
+        model = experiment.RetrievalNet(hidden_size=6, embedding_size=5, core="leaky memory")
+    weights = experiment.slow_weights_at_query(model, tokens, decay=0.9, fast_lr=0.5)
+    core = model.core
+    with torch.no_grad():
+        x = model.embedding(tokens)
+        states, _ = core(x[:, :-1])
+        W, C, b = core.recurrent_weights.weight, core.input_weights.weight, core.input_weights.bias
+        for n in range(4):
+            query = torch.relu(W @ states[n, -1] + C @ x[n, -1] + b)  # h_0(T)
+            for tau in range(states.shape[1]):
+                expected = 0.5 * 0.9 ** (states.shape[1] - 1 - tau) * states[n, tau] @ query
+                assert weights[n, tau] == pytest.approx(expected.item(), rel=1e-5, abs=1e-7)
+    with pytest.raises(TypeError, match="LayerNormRNN core"):
+        experiment.slow_weights_at_query(experiment.RetrievalNet(**SMALL), tokens)
 
 
 # -- The module against the paper's equations, through a retrieval network ------------------------
@@ -729,6 +862,8 @@ PATCHED = [
     (fw, "decay_weights"),
     (fw.FastWeightsRNN, "step"),
     (fw.FastWeightsRNN, "trace"),
+    (fw.FastWeightsRNN, "run"),
+    (fw, "attention_weights"),
 ]
 
 

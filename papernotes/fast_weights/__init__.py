@@ -225,14 +225,21 @@ class FastWeightsRNN(nn.Module):
     def trace(self, x: torch.Tensor) -> FastWeightsTrace:
         """Run over x (B, T, input_size) from h(0) = 0 and A(0) = 0; keep every state."""
         checks.tensor("x", x, "(B, T, D)", dtype="floating", D=self.input_size)
-        drive = self.input_weights(x)  # C x(t) + b for every t at once
-        h = x.new_zeros(x.shape[0], self.hidden_size)
+        return self.run(self.input_weights(x))  # C x(t) + b for every t at once
+
+    def run(self, drive: torch.Tensor) -> FastWeightsTrace:
+        """The same from the slow input drive(t) = C x(t) + b (B, T, H), computed already (a
+        network that reads tokens computes C e + b once for each token's embedding e and looks
+        it up); the paper's time steps from h(0) = 0 and A(0) = 0."""
+        h = drive.new_zeros(drive.shape[0], self.hidden_size)
         memory = (StateMemory if self.memory == "attention" else MatrixMemory)(
             h, self.decay, self.fast_lr
         )
         hidden, preliminary = [], []
-        for t in range(x.shape[1]):
-            slow = torch.addmm(drive[:, t], h, self.recurrent_weights.weight.T)  # + W h(t)
+        # step by step with unbind (its gradient is one stack; indexing drive[:, t] would fill
+        # a zero tensor of drive's size at every step)
+        for slow_input in drive.unbind(1):
+            slow = torch.addmm(slow_input, h, self.recurrent_weights.weight.T)  # + W h(t)
             h, h0 = self.step(slow, memory)
             hidden.append(h)
             preliminary.append(h0)

@@ -21,15 +21,16 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from papernotes import checks, fast_weights, training
+from papernotes import checks, fast_weights, together, training
 from papernotes.data import minibatches
 
 # The random streams of a run (papernotes.training.generator(seed, stream)): the training
 # set, the order of its minibatches, the validation sequences and the test sequences each come
 # from their own; the chapter's checks of the equations draw their random states and inputs
 # from EQUATIONS.
-# BOOTSTRAP resamples the test sequences for the attention row's standard error.
-EQUATIONS, BATCHES, VALIDATION, TEST, TRAIN, BOOTSTRAP = 0, 1, 2, 3, 4, 5
+# BOOTSTRAP resamples the test sequences for the attention row's standard error; CAPACITY draws
+# the test sequences of other numbers of pairs.
+EQUATIONS, BATCHES, VALIDATION, TEST, TRAIN, BOOTSTRAP, CAPACITY = 0, 1, 2, 3, 4, 5, 6
 
 
 # -- The written-out equations, for the chapter's checks ------------------------------------------
@@ -139,6 +140,24 @@ def retrieval_sets(
     )
 
 
+def capacity_sets(seed: int, pair_counts, size: int = 2000) -> dict[int, tuple]:
+    """Test sequences with each number of pairs in `pair_counts` ({n_pairs: (tokens, answers)},
+    `size` each), drawn in that order from the seed's CAPACITY stream: for reading networks
+    trained on one number of pairs at others."""
+    generator = training.generator(seed, CAPACITY)
+    counts = [checks.integer(f"pair_counts[{i}]", n) for i, n in enumerate(pair_counts)]
+    return {n: retrieval_batch(size, n, generator) for n in counts}
+
+
+def pairs_remembered(accuracy: float, n_pairs: int) -> float:
+    """The number of pairs m a network remembers if it answers their keys and guesses the digit
+    of the others: accuracy = m / n + (1 - m / n) / 10, so m = n (accuracy - 1/10) / (9/10)."""
+    checks.number("accuracy", accuracy, 0.0, 1.0)
+    checks.integer("n_pairs", n_pairs)
+    chance = 1 / len(VALUES)
+    return n_pairs * (accuracy - chance) / (1 - chance)
+
+
 def decode(tokens: torch.Tensor) -> str:
     """Token ids (T,) back to text, e.g. "c9k8j3f1??c"."""
     return "".join(VOCABULARY[i] for i in tokens.tolist())
@@ -164,35 +183,120 @@ def _check_sequences(name: str, sequences) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 class LayerNormRNN(nn.Module):
-    """The fast-weights network without its fast weights, written apart from the mechanism:
-    h(t+1) = ReLU(LN[W h(t) + C x(t)]), W starting at recurrent_init * I, C with a bias; the
-    ablation of the chapter (the same as FastWeightsRNN with fast_lr = 0, which a unit test
-    checks, but computed by code that a bug in the mechanism cannot reach).
+    """The fast-weights network without its fast weights, written apart from the mechanism,
+    with an optional leaky memory of its past states inside LN:
 
-    forward(x (B, T, input_size)) returns the hidden states (B, T, H) and the last (B, H).
+        m(t) = memory_decay * m(t-1) + memory_rate * h(t),  m(0) = 0,
+        h(t+1) = ReLU(LN[W h(t) + C x(t) + m(t)]),
+
+    W starting at recurrent_init * I, C with a bias. With memory_rate = 0 (the default) m stays
+    0: the chapter's ablation, h(t+1) = ReLU(LN[W h(t) + C x(t)]) (the same as FastWeightsRNN
+    with fast_lr = 0, which a unit test checks, computed by code that a bug in the mechanism
+    cannot reach). With memory_rate = 0.5 and memory_decay = 0.95 it is the leaky-memory null:
+    m(t) = 0.5 sum_tau 0.95^(t - tau) h(tau) is the fast weights' read A(t) q with every dot
+    product h(tau)^T q replaced by 1, the same reach without the content addressing.
+
+    The memory's rate and decay are buffers, so that a stack of these networks (papernotes.
+    together) can hold ablations and leaky memories side by side. forward(x (B, T, input_size))
+    returns the hidden states (B, T, H) and the last (B, H); run(drive) the hidden states from
+    C x(t) + b computed already.
     """
 
-    def __init__(self, input_size: int, hidden_size: int, *, recurrent_init: float = 0.5):
+    def __init__(
+        self,
+        input_size: int,
+        hidden_size: int,
+        *,
+        recurrent_init: float = 0.5,
+        memory_rate: float = 0.0,
+        memory_decay: float = 0.95,
+    ):
         super().__init__()
         self.input_size = checks.integer("input_size", input_size)
         self.hidden_size = checks.integer("hidden_size", hidden_size)
         checks.number("recurrent_init", recurrent_init, 0.0)
-        self.input_weights = nn.Linear(input_size, hidden_size)
-        self.recurrent_weights = nn.Linear(hidden_size, hidden_size, bias=False)
+        checks.number("memory_rate", memory_rate, 0.0)
+        checks.number("memory_decay", memory_decay, 0.0, 1.0)
+        self.input_weights = nn.Linear(input_size, hidden_size)  # C and its bias
+        self.recurrent_weights = nn.Linear(hidden_size, hidden_size, bias=False)  # W
         self.norm = nn.LayerNorm(hidden_size)
+        self.register_buffer("memory_rate", torch.tensor(float(memory_rate)))
+        self.register_buffer("memory_decay", torch.tensor(float(memory_decay)))
         with torch.no_grad():
             self.recurrent_weights.weight.copy_(recurrent_init * torch.eye(hidden_size))
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         checks.tensor("x", x, "(B, T, D)", dtype="floating", D=self.input_size)
-        drive = self.input_weights(x)
-        h = x.new_zeros(x.shape[0], self.hidden_size)
-        states = []
-        for t in range(x.shape[1]):
-            h = torch.relu(self.norm(drive[:, t] + self.recurrent_weights(h)))
-            states.append(h)
-        hidden = torch.stack(states, 1)
+        hidden = self.run(self.input_weights(x))  # C x(t) + b for every t at once
         return hidden, hidden[:, -1]
+
+    def run(self, drive: torch.Tensor) -> torch.Tensor:
+        """h(1..T) (B, T, H) from the slow input drive(t) = C x(t) + b (B, T, H)."""
+        h = drive.new_zeros(drive.shape[0], self.hidden_size)
+        memory = torch.zeros_like(h)  # m(0) = 0
+        states = []
+        for slow_input in drive.unbind(1):
+            # h(t+1) = ReLU(LN[W h(t) + C x(t) + m(t)]): the past, read without a query
+            h = torch.relu(self.norm(slow_input + self.recurrent_weights(h) + memory))
+            # m(t+1) = decay m(t) + rate h(t+1): the newest state is in the next step's read
+            memory = self.memory_decay * memory + self.memory_rate * h
+            states.append(h)
+        return torch.stack(states, 1)
+
+
+class LSTM(nn.Module):
+    """An LSTM of torch's arithmetic and initialisation, written out so that a stack of them runs
+    under torch.func's vmap (torch's fused LSTM kernel has no batching rule):
+
+        i, f, g, o = C x(t) + b + U h(t)  (torch's gate order),
+        c(t+1) = sigmoid(f) * c(t) + sigmoid(i) * tanh(g),  h(t+1) = sigmoid(o) * tanh(c(t+1)).
+
+    C, U and b are drawn uniform in +-1/sqrt(H), as torch draws them; the forget gate's bias is
+    then set to `forget_bias` (1 by default: the common choice, which keeps the cell's memory
+    open from the first update; torch's default draws it near 0).
+
+    forward(x (B, T, input_size)) returns the hidden states (B, T, H) and the last (B, H);
+    run(drive) the hidden states from C x(t) + b computed already.
+    """
+
+    def __init__(self, input_size: int, hidden_size: int, *, forget_bias: float = 1.0):
+        super().__init__()
+        self.input_size = checks.integer("input_size", input_size)
+        self.hidden_size = checks.integer("hidden_size", hidden_size)
+        checks.number("forget_bias", forget_bias)
+        self.input_weights = nn.Linear(input_size, 4 * hidden_size)  # C and b
+        self.recurrent_weights = nn.Linear(hidden_size, 4 * hidden_size, bias=False)  # U
+        bound = 1 / math.sqrt(hidden_size)
+        with torch.no_grad():
+            for weight in (*self.input_weights.parameters(), self.recurrent_weights.weight):
+                weight.uniform_(-bound, bound)
+            self.input_weights.bias[hidden_size : 2 * hidden_size] = forget_bias
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        checks.tensor("x", x, "(B, T, D)", dtype="floating", D=self.input_size)
+        hidden = self.run(self.input_weights(x))  # C x(t) + b for every t at once
+        return hidden, hidden[:, -1]
+
+    def run(self, drive: torch.Tensor) -> torch.Tensor:
+        """h(1..T) (B, T, H) from drive(t) = C x(t) + b (B, T, 4H)."""
+        h = drive.new_zeros(drive.shape[0], self.hidden_size)
+        c = torch.zeros_like(h)
+        states = []
+        for slow_input in drive.unbind(1):
+            i, f, g, o = (slow_input + self.recurrent_weights(h)).chunk(4, dim=1)
+            c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
+            h = torch.sigmoid(o) * torch.tanh(c)
+            states.append(h)
+        return torch.stack(states, 1)
+
+
+# The recurrent cores a RetrievalNet can have: each core's class and the settings that make it
+CORES = {
+    "fast weights": (fast_weights.FastWeightsRNN, {}),
+    "no fast weights": (LayerNormRNN, {}),
+    "leaky memory": (LayerNormRNN, {"memory_rate": 0.5, "memory_decay": 0.95}),
+    "LSTM": (LSTM, {}),
+}
 
 
 class RetrievalNet(nn.Module):
@@ -200,9 +304,16 @@ class RetrievalNet(nn.Module):
     layer of `readout_size` ReLUs -> 10 logits (readout_size=0, the default: a linear read-out;
     the paper's is a layer of 100 ReLUs).
 
-    The core is the fast-weights RNN (the default; keyword settings go to FastWeightsRNN), the
-    same RNN without fast weights written apart (`ablation=True`, a LayerNormRNN), or an LSTM
-    with the same number of hidden units (`lstm=True`). Everything but the core is shared.
+    `core` names the recurrent core (CORES): the fast-weights RNN (the default), the same RNN
+    without fast weights ("no fast weights", a LayerNormRNN written apart), the same RNN with a
+    query-free leaky memory ("leaky memory") or an LSTM, each with `hidden_size` units; keyword
+    settings go to the core's class. Everything but the core is shared.
+
+    The core's first map, C x(t) + b of the token's embedding x(t), is computed once for each
+    of the 37 tokens and looked up (`hidden_states`): the same numbers and gradients as mapping
+    every position's embedding, for a fraction of the work. forward checks the tokens' shape
+    and type only (it runs inside a stack of arms under vmap, where a tensor's values cannot be
+    looked at); the entry points that take sequences check their values too.
     """
 
     def __init__(
@@ -211,36 +322,19 @@ class RetrievalNet(nn.Module):
         embedding_size: int = 100,
         *,
         readout_size: int = 0,
-        lstm: bool = False,
-        ablation: bool = False,
-        **fast_weight_settings,
+        core: str = "fast weights",
+        **core_settings,
     ):
         super().__init__()
-        checks.boolean("lstm", lstm)
-        checks.boolean("ablation", ablation)
-        if lstm and ablation:
-            raise ValueError("choose one core: lstm=True or ablation=True")
-        if lstm and fast_weight_settings:
-            raise ValueError(f"an LSTM takes no fast-weight settings; got {fast_weight_settings}")
-        allowed = {"recurrent_init"}
-        if ablation and set(fast_weight_settings) - allowed:
-            raise ValueError(
-                f"the ablation has no fast weights; it takes only {sorted(allowed)}; "
-                f"got {fast_weight_settings}"
-            )
+        checks.one_of("core", core, tuple(CORES))
         self.embedding = nn.Embedding(
             len(VOCABULARY), checks.integer("embedding_size", embedding_size)
         )
-        if lstm:
-            self.core = nn.LSTM(
-                embedding_size, checks.integer("hidden_size", hidden_size), batch_first=True
-            )
-        elif ablation:
-            self.core = LayerNormRNN(embedding_size, hidden_size, **fast_weight_settings)
-        else:
-            self.core = fast_weights.FastWeightsRNN(
-                embedding_size, hidden_size, **fast_weight_settings
-            )
+        kind, defaults = CORES[core]
+        try:
+            self.core = kind(embedding_size, hidden_size, **{**defaults, **core_settings})
+        except TypeError as error:
+            raise ValueError(f"the {core!r} core does not take {core_settings}: {error}") from None
         checks.integer("readout_size", readout_size, 0)
         if readout_size:
             self.readout = nn.Sequential(
@@ -251,10 +345,15 @@ class RetrievalNet(nn.Module):
         else:
             self.readout = nn.Linear(hidden_size, len(VALUES))
 
+    def hidden_states(self, tokens: torch.Tensor) -> torch.Tensor:
+        """The core's hidden states (B, T, H) on token ids (B, T)."""
+        checks.tensor("tokens", tokens, "(B, T)", dtype=torch.long)
+        table = self.core.input_weights(self.embedding.weight)  # C e + b for each token's e
+        states = self.core.run(table[tokens])
+        return states.hidden if isinstance(states, fast_weights.FastWeightsTrace) else states
+
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
-        _check_tokens(tokens)
-        outputs, _ = self.core(self.embedding(tokens))
-        return self.readout(outputs[:, -1])
+        return self.readout(self.hidden_states(tokens)[:, -1])
 
 
 def retrieval_accuracy(model: RetrievalNet, sequences: tuple[torch.Tensor, torch.Tensor]) -> float:
@@ -297,7 +396,7 @@ class RetrievalTraining:
         validation: tuple[torch.Tensor, torch.Tensor],
         *,
         seed: int,
-        batch_size: int = 128,
+        batch_size: int = 256,
         lr: float = 1e-2,
         clip: float = 5.0,
         eval_every: int = 100,
@@ -366,45 +465,166 @@ def train_retrieval(
     )
 
 
-def tune_learning_rate(
+@dataclass
+class Grid:
+    """One network's tuning: each learning rate of its grid (`lrs`), that rate's History, and
+    the trained models of the rates that went to the end of the budget (by their index)."""
+
+    lrs: tuple[float, ...]
+    histories: list[training.History]
+    models: dict[int, RetrievalNet]
+
+    @property
+    def chosen(self) -> float:
+        """Among the rates that went furthest, the one with the lowest validation cross-entropy
+        at the end of the budget (where the claims are read); the first on a tie."""
+        furthest = max(h.steps[-1] for h in self.histories)
+        finalists = [i for i, h in enumerate(self.histories) if h.steps[-1] == furthest]
+        return self.lrs[min(finalists, key=lambda i: _finite(self.histories[i].final("val_loss")))]
+
+    @property
+    def run(self) -> training.Run:
+        """The chosen rate's trained model and History."""
+        i = self.lrs.index(self.chosen)
+        return training.Run(self.models[i], self.histories[i])
+
+
+def tune_together(
     train: tuple[torch.Tensor, torch.Tensor],
     validation: tuple[torch.Tensor, torch.Tensor],
     *,
     seed: int,
+    arms: dict[str, dict],
     lrs,
     rung: int,
     steps: int,
     keep: int = 2,
-    eval_every: int = 100,
-    **settings,
-) -> dict[float, RetrievalTraining]:
+    batch_size: int = 256,
+    eval_every: int = 50,
+    clip: float = 5.0,
+) -> dict[str, Grid]:
     """Successive halving over the learning rates `lrs`, the same for every network: each rate
-    trains for `rung` updates; the `keep` rates with the lowest mean validation cross-entropy
-    over their evaluations so far go on to `steps` (a diverged run's is infinite). Returns every
-    rate's run (the others stopped at `rung`); `chosen_rate` picks among those that reached
-    `steps`."""
+    trains for `rung` updates; for each network the `keep` rates with the lowest mean validation
+    cross-entropy over their evaluations so far (a diverged run's is infinite) go on to `steps`.
+
+    `arms` maps each network's name to its RetrievalNet settings; every (network, rate) pair is
+    one member of a stacked model (papernotes.together: one forward and backward an update for
+    all of them, then for the kept ones), so the networks must be of one class and shape (the
+    ablation and the leaky memory are). Every member starts from the initial weights of `seed`
+    and sees the same minibatches of `batch_size` in the same order: Adam at its own rate, its
+    gradient norm clipped at `clip` on its own. Returns each network's Grid."""
+    train = _check_sequences("train", train)
+    validation = _check_sequences("validation", validation)
     checks.integer("rung", rung)
     checks.integer("steps", steps)
     checks.integer("keep", keep)
+    checks.integer("eval_every", eval_every)
     if not rung < steps:
         raise ValueError(f"rung ({rung}) must come before the budget's end ({steps})")
-    runs = {
-        lr: RetrievalTraining(
-            train, validation, seed=seed, lr=lr, eval_every=eval_every, **settings
-        ).advance(rung)
-        for lr in lrs
+    lrs = tuple(checks.number(f"lrs[{i}]", lr, 0.0, low_open=True) for i, lr in enumerate(lrs))
+    if not isinstance(arms, dict) or not arms:
+        raise TypeError("arms must map each network's name to its RetrievalNet settings")
+    kinds = {name: _core_class(settings) for name, settings in arms.items()}
+    if len(set(kinds.values())) > 1:
+        raise ValueError(f"networks trained together must share a core class; got {kinds}")
+    pairs = [(name, i) for name in arms for i in range(len(lrs))]  # the members, in order
+    members = []
+    for name, _ in pairs:
+        with training.seeded(seed):
+            members.append(RetrievalNet(**arms[name]))
+    batches = minibatches(len(train[1]), batch_size, training.generator(seed, BATCHES))
+    group = _Group(members, list(range(len(pairs))), [lrs[i] for _, i in pairs], batches)
+    histories = [training.History() for _ in pairs]
+    group.advance(rung, train, validation, histories, eval_every, clip)
+    kept = []
+    for name in arms:
+        at_rung = {
+            m: _finite(histories[m].mean("val_loss")) for m, p in enumerate(pairs) if p[0] == name
+        }
+        kept += sorted(at_rung, key=at_rung.get)[:keep]
+    group = group.kept(sorted(kept))
+    group.advance(steps - rung, train, validation, histories, eval_every, clip)
+    models = {m: group.stack.member(k) for k, m in enumerate(group.indices)}
+    return {
+        name: Grid(
+            lrs,
+            [histories[m] for m, p in enumerate(pairs) if p[0] == name],
+            {p[1]: models[m] for m, p in enumerate(pairs) if p[0] == name and m in models},
+        )
+        for name in arms
     }
-    for lr in sorted(runs, key=lambda lr: _finite(runs[lr].history.mean("val_loss")))[:keep]:
-        runs[lr].advance(steps - rung)
-    return runs
 
 
-def chosen_rate(runs: dict[float, RetrievalTraining]) -> float:
-    """Among the runs that went furthest, the rate with the lowest validation cross-entropy at
-    the end of the budget (where the claims are read); the first on a tie."""
-    furthest = max(run.updates for run in runs.values())
-    finalists = [lr for lr, run in runs.items() if run.updates == furthest]
-    return min(finalists, key=lambda lr: _finite(runs[lr].history.final("val_loss")))
+def _core_class(settings: dict) -> str:
+    """The name of the class of the core that RetrievalNet settings choose."""
+    core = checks.one_of("core", settings.get("core", "fast weights"), tuple(CORES))
+    return CORES[core][0].__name__
+
+
+class _Group:
+    """Members of one tuning trained as one stacked model: their stack, its optimizer (Adam, a
+    learning rate a member), their stream of minibatches and how far they have trained."""
+
+    def __init__(self, members, indices, lrs, batches, optimizer_state=None):
+        self.stack = together.stack(members)
+        self.indices = indices  # each member's index among all the members of the tuning
+        self.lrs = lrs  # every member's learning rate, by that index
+        self.optimizer = together.Adam(self.stack.parameters(), lr=[lrs[i] for i in indices])
+        if optimizer_state is not None:
+            for p, state in zip(self.stack.parameters(), optimizer_state, strict=True):
+                self.optimizer.state[p] = state
+        self.batches = batches
+        self.updates = 0
+
+    def advance(self, steps, train, validation, histories, eval_every, clip) -> None:
+        """`steps` more updates of every member; their evaluations logged in `histories`."""
+        tokens, answers = train
+        val_tokens, val_answers = validation
+
+        def losses_of_update(_):
+            index = next(self.batches)  # the same minibatch for every member
+            return together.cross_entropy(self.stack.on_all(tokens[index]), answers[index])
+
+        def evaluate():
+            logits = self.stack.on_all(val_tokens)
+            return {
+                "val_loss": together.cross_entropy(logits, val_answers),
+                "val_accuracy": together.accuracy(logits, val_answers),
+            }
+
+        parts = together.train(
+            self.stack,
+            self.optimizer,
+            losses_of_update,
+            steps,
+            evaluate=evaluate,
+            eval_every=eval_every,
+            clip=clip,
+            desc="associative retrieval",
+        )
+        for i, part in zip(self.indices, parts, strict=True):
+            for step, *values in zip(part.steps, *part.metrics.values(), strict=True):
+                histories[i].log(self.updates + step, dict(zip(part.metrics, values, strict=True)))
+            histories[i].diverged = histories[i].diverged or part.diverged
+        self.updates += steps
+
+    def kept(self, indices: list[int]) -> _Group:
+        """The members `indices` (of the tuning) as a group of their own, where they were:
+        their trained weights, their optimizer's state (Adam's moments and step), the same
+        stream of minibatches; so that they go on as if the others had never trained beside
+        them."""
+        rows = [self.indices.index(i) for i in indices]
+        members = [self.stack.member(k).train() for k in rows]
+        state = [
+            {
+                name: value[rows].clone() if isinstance(value, torch.Tensor) else value
+                for name, value in self.optimizer.state[p].items()
+            }
+            for p in self.stack.parameters()
+        ]
+        group = _Group(members, indices, self.lrs, self.batches, state)
+        group.updates = self.updates
+        return group
 
 
 def _finite(loss: float) -> float:
@@ -463,15 +683,39 @@ def equation_weights_at_query(model: RetrievalNet, tokens: torch.Tensor) -> torc
     The model's core must have layer normalisation."""
     _check_tokens(tokens)
     core = model.core
-    W, C = core.recurrent_weights.weight, core.input_weights.weight
     with training.evaluating(model), torch.no_grad():
         x = model.embedding(tokens)
         states = by_the_equations(core, x[:, :-1])  # h(1..T-1)
-        # h_0(T) = f(W h(T-1) + C x(T)): the preliminary vector, the read's query
-        query = torch.relu(states[:, -1] @ W.T + x[:, -1] @ C.T + core.input_weights.bias)
-        # eta lambda^(T-1-tau) h(tau)^T h_0(T), for tau = 1 .. T-1
-        ages = torch.arange(states.shape[1] - 1, -1, -1, dtype=x.dtype)
-        return core.fast_lr * core.decay**ages * (states @ query.unsqueeze(2)).squeeze(2)
+        return _read_at_query(core, states, x[:, -1], core.decay, core.fast_lr)
+
+
+def slow_weights_at_query(
+    model: RetrievalNet, tokens: torch.Tensor, decay: float = 0.95, fast_lr: float = 0.5
+) -> torch.Tensor:
+    """The weights (B, T-1) the paper's read would put on the states of a network without fast
+    weights (a LayerNormRNN core: the ablation or the leaky memory): eta lambda^(T-1-tau)
+    h(tau)^T h_0(T) with its own states h(1..T-1) and h_0(T) = ReLU(W h(T-1) + C x(T)) made
+    from its own weights as the fast-weights network makes its query. A null of the attention
+    row: training alone may make the query key's state resemble the earlier key's."""
+    _check_tokens(tokens)
+    core = model.core
+    if not isinstance(core, LayerNormRNN):
+        raise TypeError(
+            f"slow_weights_at_query needs a LayerNormRNN core; got {type(core).__name__}"
+        )
+    with training.evaluating(model), torch.no_grad():
+        x = model.embedding(tokens)
+        states, _ = core(x[:, :-1])  # h(1..T-1), by the null's own code
+        return _read_at_query(core, states, x[:, -1], decay, fast_lr)
+
+
+def _read_at_query(core, states, last_input, decay, fast_lr) -> torch.Tensor:
+    """eta lambda^(T-1-tau) h(tau)^T h_0(T) for tau = 1 .. T-1 (B, T-1), from the states
+    h(1..T-1) and the last input x(T), with h_0(T) = ReLU(W h(T-1) + C x(T) + b)."""
+    W, C, b = core.recurrent_weights.weight, core.input_weights.weight, core.input_weights.bias
+    query = torch.relu(states[:, -1] @ W.T + last_input @ C.T + b)  # h_0(T): the read's query
+    ages = torch.arange(states.shape[1] - 1, -1, -1, dtype=states.dtype)
+    return fast_lr * decay**ages * (states @ query.unsqueeze(2)).squeeze(2)
 
 
 ROLES = ("queried key", "its value", "other keys", "other values", "'?' marks")

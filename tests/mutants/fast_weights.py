@@ -80,22 +80,20 @@ def recurrent_weights_transposed():
     """The slow drive uses h(t) W instead of W h(t): the recurrent matrix is read the wrong way
     round (invisible while W is the symmetric 0.5 I it starts at)."""
 
-    def trace(self, x):
-        m.checks.tensor("x", x, "(B, T, D)", dtype="floating", D=self.input_size)
-        drive = self.input_weights(x)
-        h = x.new_zeros(x.shape[0], self.hidden_size)
+    def run(self, drive):
+        h = drive.new_zeros(drive.shape[0], self.hidden_size)
         memory = (m.StateMemory if self.memory == "attention" else m.MatrixMemory)(
             h, self.decay, self.fast_lr
         )
         hidden, preliminary = [], []
-        for t in range(x.shape[1]):
-            slow = torch.addmm(drive[:, t], h, self.recurrent_weights.weight)  # h W, not W h
+        for slow_input in drive.unbind(1):
+            slow = torch.addmm(slow_input, h, self.recurrent_weights.weight)  # h W, not W h
             h, h0 = self.step(slow, memory)
             hidden.append(h)
             preliminary.append(h0)
         return m.FastWeightsTrace(torch.stack(hidden, 1), torch.stack(preliminary, 1), memory)
 
-    m.FastWeightsRNN.trace = trace
+    m.FastWeightsRNN.run = run
 
 
 def layer_norm_without_its_gain_and_bias():
@@ -129,6 +127,30 @@ def inner_loop_runs_once_whatever_S():
     m.FastWeightsRNN.step = step
 
 
+def read_ignores_the_query():
+    """The memory's read drops its dot products: A(t) q becomes eta sum_tau lambda^(t - tau)
+    h(tau), a leaky sum of the past states whatever the query (the chapter's leaky-memory null
+    patched into the mechanism; a read that ignores q has no matrix counterpart)."""
+
+    def attention_readout(hs, query, decay, fast_lr):
+        ages = m.decay_weights(hs.shape[1], decay, fast_lr, hs.dtype)
+        return (ages.unsqueeze(1) * hs).sum(1)  # every h(tau)^T q replaced by 1
+
+    m.attention_readout = attention_readout
+
+
+def attention_weights_through_a_softmax():
+    """The read's weights go through a softmax over the stored states, as in the attention of
+    sequence-to-sequence models, instead of the paper's raw decayed dot products (no matrix
+    counterpart: a softmax of h(tau)^T q is not a linear map of q)."""
+
+    def attention_weights(hs, query, decay, fast_lr):
+        scores = (hs * query.unsqueeze(1)).sum(2)
+        return torch.softmax(scores, 1) * m.decay_weights(hs.shape[1], decay, fast_lr, hs.dtype)
+
+    m.attention_weights = attention_weights
+
+
 MUTANTS = [
     memory_one_step_late,
     one_memory_for_the_whole_batch,
@@ -137,4 +159,6 @@ MUTANTS = [
     recurrent_weights_transposed,
     layer_norm_without_its_gain_and_bias,
     inner_loop_runs_once_whatever_S,
+    read_ignores_the_query,
+    attention_weights_through_a_softmax,
 ]
