@@ -36,11 +36,13 @@ Two forward paths, one interface (`forward(x)` takes (K, B, ...) and gives (K, B
 
 `stack(members)` picks `MLPStack` when every member is such a Sequential, `Stack` otherwise.
 
-Measured (ten 64-100-10 ReLU MLPs, Adam, 300 updates of 64 digits each, one thread, medians
-of 5, on a 2-core machine under other work; `python -m papernotes.together` prints them): one
-after another through `training.train_classifier` 2.12 s, as one `Stack` (vmap) 1.00 s, as one
-`MLPStack` (bmm) 0.81 s. Use `MLPStack` for MLPs (`stack` picks it); `Stack` for the rest, where
-vmap's batching rules cost a little over hand-written batched products but save writing them.
+Measured (ten 64-100-10 ReLU MLPs, Adam, 300 updates of 64 digits each, one thread, median CPU
+seconds of 5 on a 2-core machine under other work; `python -m papernotes.together` prints them):
+one after another through `training.train_classifier` 2.06 s, as one `Stack` (vmap) 0.98 s, as
+one `MLPStack` (bmm) 0.79 s. At these sizes the loop's per-operation overhead (autograd, the
+optimizer's elementwise steps, Python) is most of the cost, which a stack pays once for all K
+members. Use `MLPStack` for MLPs (`stack` picks it); `Stack` for the rest, where vmap's batching
+rules cost a little over hand-written batched products but save writing them.
 
 Dropout. A member's `nn.Dropout(p)` keeps its own rate p; its masks come from the stack's
 `masks` (a `torch.Generator`; None: torch's global generator): each dropout call draws uniform
@@ -178,7 +180,8 @@ class MLPStack(_Members):
 
     `members` are K `nn.Sequential`s with the same layers (`nn.Linear`, elementwise
     activations, `nn.Dropout` at each member's own rate), each with its own initial weights.
-    Layer l's weights are stacked as (K, out, in) (`weights[l]`), its biases as (K, out)
+    Layer l's weights are stacked transposed, as (K, in, out) (`weights[l]`: `x @ w` needs no
+    copy, and batched products run faster on it than on (K, out, in)), its biases as (K, out)
     (`biases[l]`; None without one), every parameter in the members' own order (`stacked`).
     `forward(x)` takes (K, B, ..., D) and gives (K, B, ..., C); dropout masks come from `masks`
     (see the module's docstring)."""
@@ -190,9 +193,12 @@ class MLPStack(_Members):
             raise TypeError(f"MLPStack takes nn.Sequentials of linear layers ({why}); use Stack")
         names = [name for name, _ in self._plain[0].named_parameters()]
         self._names = names  # the plain member's names of `stacked`, in its order
-        self.stacked = nn.ParameterList(
-            _stacked([m.get_parameter(name) for m in self._plain]) for name in names
-        )
+        self.stacked = nn.ParameterList()
+        self._transposed = [name.endswith("weight") for name in names]  # a Linear's weight
+        for name, transposed in zip(names, self._transposed, strict=True):
+            tensors = [m.get_parameter(name) for m in self._plain]
+            self.stacked.append(_stacked([t.T for t in tensors] if transposed else tensors))
+            self.stacked[-1]._together_transposed = transposed  # see _MemberOptimizer._clip
         # the layers: ("linear", (weight, bias)), ("dropout", keep (K,)), ("elementwise", f)
         self._layers: list[tuple[str, object]] = []
         for position, layer in enumerate(self._plain[0]):
@@ -206,7 +212,7 @@ class MLPStack(_Members):
 
     @property
     def weights(self) -> list[nn.Parameter]:
-        """Each linear layer's stacked weights (K, out, in)."""
+        """Each linear layer's stacked weights, transposed: (K, in, out)."""
         return [self.stacked[w] for kind, (w, _) in self._linears()]
 
     @property
@@ -236,13 +242,15 @@ class MLPStack(_Members):
 
     def _linear(self, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None) -> torch.Tensor:
         if self.members == 1:  # the member's own kernel: a stack of one is the plain run
-            return F.linear(x[0], w[0], None if b is None else b[0]).unsqueeze(0)
+            own = w[0].T.contiguous()  # (out, in), as nn.Linear holds it
+            return F.linear(x[0], own, None if b is None else b[0]).unsqueeze(0)
         if b is None:
-            return torch.bmm(x, w.transpose(1, 2))
-        return torch.baddbmm(b.unsqueeze(1), x, w.transpose(1, 2))
+            return torch.bmm(x, w)
+        return torch.baddbmm(b.unsqueeze(1), x, w)
 
     def _member_tensors(self, k: int) -> dict[str, torch.Tensor]:
-        return {name: p[k] for name, p in zip(self._names, self.stacked, strict=True)}
+        tensors = zip(self._names, self.stacked, self._transposed, strict=True)
+        return {name: p[k].T if transposed else p[k] for name, p, transposed in tensors}
 
 
 class _StackedDropout(nn.Module):
@@ -447,9 +455,10 @@ class _MemberOptimizer(torch.optim.Optimizer):
                 if p.grad is None:
                     continue
                 grad = p.grad
-                if group["weight_decay"].any():
+                decay = _values(group["weight_decay"])
+                if decay.any():
                     # g + lambda_k theta: torch's coupled weight decay, a lambda a member
-                    grad = torch.addcmul(grad, p, _along(group["weight_decay"], p))
+                    grad = torch.addcmul(grad, p, _along(decay, p))
                 self._update(p, grad, group, active)
 
     def _update(self, p: torch.Tensor, grad: torch.Tensor, group: dict, active) -> None:
@@ -460,14 +469,26 @@ class _MemberOptimizer(torch.optim.Optimizer):
         """Each member's gradient scaled as `nn.utils.clip_grad_norm_` scales a run's: by
         max_norm / (||g_k|| + 1e-6), at most 1, ||g_k|| the norm of all of member k's
         gradients."""
-        grads = [p.grad for g in self.param_groups for p in g["params"] if p.grad is not None]
-        if not grads:
+        params = [p for g in self.param_groups for p in g["params"] if p.grad is not None]
+        if not params:
             return
-        norms = [torch.linalg.vector_norm(g.reshape(self.members, -1), dim=1) for g in grads]
+        grads = [p.grad for p in params]
+        # each norm summed in the plain member's order (an MLPStack holds weights transposed)
+        plain = [
+            g.mT if getattr(p, "_together_transposed", False) else g
+            for p, g in zip(params, grads, strict=True)
+        ]
+        norms = [torch.linalg.vector_norm(g.reshape(self.members, -1), dim=1) for g in plain]
         total = torch.linalg.vector_norm(torch.stack(norms, dim=1), dim=1)
         scale = torch.clamp(max_norm / (total + 1e-6), max=1.0)
         for grad in grads:
             grad.mul_(_along(scale, grad))
+
+
+def _values(value) -> torch.Tensor:
+    """A group's rate as float64 numbers: its K rates, or one for all (a schedule may set a
+    float or a tensor between updates, as with torch.optim)."""
+    return torch.as_tensor(value, dtype=torch.float64)
 
 
 def _along(values: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
@@ -518,7 +539,7 @@ class Adam(_MemberOptimizer):
         exp_avg.lerp_(grad, 1 - beta1)
         exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
         # theta <- theta - lr_k / (1 - beta1^t) m / (sqrt(v / (1 - beta2^t)) + eps)
-        step_size = _along(group["lr"] / (1 - beta1**step), p)
+        step_size = _along(_values(group["lr"]) / (1 - beta1**step), p)
         denom = (exp_avg_sq.sqrt() / (1 - beta2**step) ** 0.5).add_(eps)
         p.add_(_only(active, (-step_size) * exp_avg / denom))
 
@@ -550,7 +571,7 @@ class SGD(_MemberOptimizer):
             buf = state["momentum_buffer"]
             grad = grad.add(buf, alpha=momentum) if group["nesterov"] else buf
         # theta <- theta - lr_k g
-        p.addcmul_(_only(active, grad), _along(-group["lr"], p))
+        p.addcmul_(_only(active, grad), _along(-_values(group["lr"]), p))
 
 
 def _only(active: torch.Tensor | None, update: torch.Tensor) -> torch.Tensor:
@@ -725,7 +746,7 @@ def accuracy(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
 
 
 def timings(repeats: int = 5, members: int = 10, steps: int = 300) -> dict[str, float]:
-    """Median seconds, over `repeats`, of training `members` 64-100-10 ReLU MLPs with Adam for
+    """Median CPU seconds, over `repeats`, of training `members` 64-100-10 ReLU MLPs with Adam for
     `steps` updates of 64 digits each on one thread: one after another through
     `training.train_classifier` ("plain"), as one `Stack` ("vmap") and as one `MLPStack`
     ("bmm"). The figures of the module's docstring (`python -m papernotes.together`)."""
@@ -775,9 +796,9 @@ def timings(repeats: int = 5, members: int = 10, steps: int = 300) -> dict[str, 
     try:
         for _ in range(repeats):
             for name, way in ways.items():  # interleaved, so that a change of load hits all
-                start = time.perf_counter()
+                start = time.process_time()
                 way()
-                seconds[name].append(time.perf_counter() - start)
+                seconds[name].append(time.process_time() - start)
     finally:
         torch.set_num_threads(threads)
         if quiet is None:

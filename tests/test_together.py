@@ -504,3 +504,14 @@ def test_a_hand_written_stack_trains_through_the_loop():
     )
     torch.testing.assert_close(model.w.detach(), torch.tensor([1.0, 2.0, 3.0]))
     assert len(histories) == 3 and histories[2]["loss"][-1] < 1e-6
+
+
+def test_a_schedule_may_set_the_rate_between_updates_as_with_torch_optim():
+    stacked, own = nn.Parameter(torch.ones(2, 3)), nn.Parameter(torch.ones(3))
+    optimizer, reference = together.SGD([stacked], lr=[0.1, 0.1]), torch.optim.SGD([own], lr=0.1)
+    for step, lr in enumerate([0.1, 0.05, 0.025]):
+        optimizer.param_groups[0]["lr"], reference.param_groups[0]["lr"] = lr, lr
+        stacked.grad, own.grad = torch.full((2, 3), step + 1.0), torch.full((3,), step + 1.0)
+        optimizer.step()
+        reference.step()
+    assert torch.equal(stacked[0], own) and torch.equal(stacked[1], own)
