@@ -584,8 +584,6 @@ def test_a_condition_with_other_initial_weights_starts_elsewhere_and_trains_as_a
     assert seed_1 == experiment.initial_weights_seed(3, 1) != experiment.initial_weights_seed(4, 1)
     with pytest.raises(ValueError, match="init"):
         experiment.randomization_tests({"bad": experiment.Condition(data, init=-1)}, **settings)
-    with pytest.raises(ValueError, match="templates"):
-        experiment.SideBySide([template], torch.zeros(2))
 
 
 def test_the_rest_of_a_distinct_subset_is_every_other_distinct_image():

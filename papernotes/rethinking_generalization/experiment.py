@@ -10,14 +10,13 @@ reaches the chapter.
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, field
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
-from papernotes import checks, rethinking_generalization, training
-from papernotes.data import minibatches
+from papernotes import checks, rethinking_generalization, together, training
 
 # The random streams (generator(seed, stream)); the integers the chapter's numbers were drawn
 # with. A randomized set draws its labels and inputs from streams 1 and 2
@@ -182,57 +181,14 @@ def initial_weights_seed(seed: int, init: int) -> int:
     return int(draws[-1])
 
 
-class SideBySide(nn.Module):
-    """G copies of one MLP, trained at once on G conditions: layer l holds weights (G, in, out)
-    and biases (G, out), every copy starting from the template's weights, and member g sees only
-    its own inputs. Copies share nothing but the update's batch indices: Adam is elementwise, so
-    each copy's updates are those of its own run. Dropout of the last hidden layer, at each copy's
-    own rate, draws its masks from `masks` (a generator); a rate of 0 leaves a copy untouched.
-    `templates` is one MLP for every copy, or a list of G MLPs of one shape, copy g starting
-    from the g-th."""
-
-    def __init__(self, templates: nn.Sequential | list[nn.Sequential], rates: torch.Tensor):
-        super().__init__()
-        g = len(rates)
-        if isinstance(templates, nn.Sequential):
-            templates = [templates] * g
-        if len(templates) != g:
-            raise ValueError(f"templates must be one MLP or {g}; got {len(templates)}")
-        per_copy = [[m for m in t if isinstance(m, nn.Linear)] for t in templates]
-        self.weights = nn.ParameterList(
-            nn.Parameter(torch.stack([m.weight.detach().T for m in layer]))
-            for layer in zip(*per_copy, strict=True)
-        )
-        self.biases = nn.ParameterList(
-            nn.Parameter(torch.stack([m.bias.detach() for m in layer]))
-            for layer in zip(*per_copy, strict=True)
-        )
-        self.register_buffer("keep", 1.0 - rates.float())
-
-    def forward(self, x: torch.Tensor, masks: torch.Generator | None = None) -> torch.Tensor:
-        """x (G, B, D) -> logits (G, B, C)."""
-        last = len(self.weights) - 1
-        for i, (w, b) in enumerate(zip(self.weights, self.biases, strict=True)):
-            x = torch.baddbmm(b.unsqueeze(1), x, w)
-            if i < last:
-                x = torch.relu(x)
-            if i == last - 1 and self.training:  # dropout before the classifier
-                keep = self.keep.view(-1, 1, 1)
-                x = x * (torch.rand(x.shape, generator=masks) < keep) / keep
-        return x
-
-    def member(self, g: int, dropout: float) -> nn.Sequential:
-        """Copy g as a plain MLP (`network`), with its trained weights."""
-        widths = [self.weights[0].shape[1]] + [w.shape[2] for w in self.weights]
-        model = network(
-            widths[0], widths[-1], hidden=widths[1], depth=len(widths) - 2, dropout=dropout
-        )
-        linears = [m for m in model if isinstance(m, nn.Linear)]
-        with torch.no_grad():
-            for m, w, b in zip(linears, self.weights, self.biases, strict=True):
-                m.weight.copy_(w[g].T)
-                m.bias.copy_(b[g])
-        return model.eval()
+def with_dropout(model: nn.Sequential, dropout: float) -> nn.Sequential:
+    """A copy of `network`'s MLP with a Dropout of rate `dropout` (0 included) before the
+    classifier, where `network(..., dropout=...)` puts it: the layers every condition's network
+    has when they train together (a linear classifier, depth 0, gets none)."""
+    layers = list(copy.deepcopy(model))
+    if len(layers) == 1:
+        return nn.Sequential(*layers)
+    return nn.Sequential(*layers[:-1], nn.Dropout(dropout), layers[-1])
 
 
 def randomization_tests(
@@ -253,13 +209,14 @@ def randomization_tests(
 
     Every condition starts from the same initial weights (the seed's, unless its `init` asks
     for others) and sees the same batch order, so two conditions differ only in their data and
-    their regulariser. The networks
-    train side by side (`SideBySide`), which gives each the updates of its own run and costs
-    about one run. After every epoch each network's training accuracy (on its whole training
-    set, dropout off) and test accuracy are logged, and with `val` (images, labels), after each
-    of the last `val_epochs` epochs (None: every epoch), its validation accuracy and
-    cross-entropy (the window the regularisers are scored on need not cost more); each Run's
-    model is its network as a plain MLP.
+    their regulariser. The networks train side by side, as one stacked model
+    (`papernotes.together`: each network its own weight decay, dropout rate and masks), which
+    gives each the updates of its own run and costs about one run. After every epoch each
+    network's training accuracy (on its whole training set, dropout off) and test accuracy are
+    logged, and with `val` (images, labels), after each of the last `val_epochs` epochs (None:
+    every epoch), its validation accuracy and cross-entropy (the window the regularisers are
+    scored on need not cost more); each Run's model is its network as a plain MLP (with a
+    Dropout layer, of rate 0 where the condition has none).
     """
     if not conditions:
         raise ValueError("conditions must name at least one condition")
@@ -292,70 +249,66 @@ def randomization_tests(
     for init in sorted({c.init for c in chosen}):
         with training.seeded(initial_weights_seed(seed, init)):
             templates[init] = network(d, first.num_classes, hidden=hidden, depth=depth)
-    rates = torch.tensor([c.dropout for c in chosen])
-    decay = torch.tensor([c.weight_decay for c in chosen]).view(-1, 1, 1)
-    model = SideBySide([templates[c.init] for c in chosen], rates)
-    optimizer = torch.optim.Adam(model.parameters(), lr=lr)
-    batches = minibatches(n, batch_size, training.generator(seed, BATCHES))
-    masks = training.generator(seed, DROPOUT)
+    members = [with_dropout(templates[c.init], c.dropout) for c in chosen]
+    stack = together.MLPStack(members, masks=training.generator(seed, DROPOUT))
+    optimizer = together.Adam(stack.parameters(), lr=lr)
+    decay = torch.tensor([c.weight_decay for c in chosen])
+    # one batch order for every condition: a generator each, all drawn from the seed's BATCHES
+    orders = [training.generator(seed, BATCHES) for _ in chosen]
+    batches = together.minibatches(n, batch_size, orders)
     updates_per_epoch = n // batch_size  # an epoch is N / B updates of B examples
     test_x = torch.stack([c.data.test_x for c in chosen])
     test_y = torch.stack([c.data.test_y for c in chosen])
-    histories = [training.History() for _ in chosen]
+    rows = torch.arange(len(chosen)).unsqueeze(1)  # network g reads its own set's rows
     validations = [training.History() for _ in chosen]
-    fitted: list[int | None] = [None] * len(chosen)
-    for epoch in range(1, epochs + 1):
-        # each set as drawn at construction, the same every epoch
-        xs, ys = zip(*(c.data.epoch() for c in chosen), strict=True)
-        x, y = torch.stack(xs), torch.stack(ys)
+    current = {}  # the epoch and its training sets (G, N, D) and labels (G, N)
 
-        def loss_of_update(_, x=x, y=y):
-            index = next(batches)
-            logits = model(x[:, index], masks)
-            # every network's mean cross-entropy, summed: each gets its own run's gradient
-            loss = F.cross_entropy(logits.flatten(0, 1), y[:, index].flatten(), reduction="none")
-            loss = loss.view(len(chosen), -1).mean(1).sum()
-            # + (lambda_g / 2) ||theta_g||^2 for each network g
-            for p in model.parameters():
-                loss = loss + (decay.view(-1, *[1] * (p.dim() - 1)) / 2 * p.square()).sum()
-            return loss
+    def losses_of_update(i: int) -> torch.Tensor:
+        if i % updates_per_epoch == 0:  # each set as drawn at construction, every epoch
+            xs, ys = zip(*(c.data.epoch() for c in chosen), strict=True)
+            current.update(epoch=i // updates_per_epoch + 1, x=torch.stack(xs), y=torch.stack(ys))
+        x, y = current["x"], current["y"]
+        index = next(batches)  # (G, B)
+        losses = together.cross_entropy(stack(x[rows, index]), y[rows, index])
+        # + (lambda_g / 2) ||theta_g||^2 for each network g
+        for p in stack.parameters():
+            losses = losses + (decay.view(-1, *[1] * (p.dim() - 1)) / 2 * p.square()).flatten(
+                1
+            ).sum(1)
+        return losses
 
-        training.train(model, optimizer, loss_of_update, updates_per_epoch, desc=f"epoch {epoch}")
-        with training.evaluating(model):
-            train_right = (model(x).argmax(-1) == y).float().mean(1)
-            test_right = (model(test_x).argmax(-1) == test_y).float().mean(1)
-            scored = val is not None and epoch > epochs - val_epochs
-            if scored:
-                val_logits = model(val[0].expand(len(chosen), -1, -1))
-                val_right = (val_logits.argmax(-1) == val[1]).float().mean(1)
-                val_loss = F.cross_entropy(
-                    val_logits.flatten(0, 1), val[1].repeat(len(chosen)), reduction="none"
-                )
-                val_loss = val_loss.view(len(chosen), -1).mean(1)
-        for g, history in enumerate(histories):
-            metrics = {
-                "train_accuracy": train_right[g].item(),
-                "test_accuracy": test_right[g].item(),
-            }
-            history.log(epoch * updates_per_epoch, metrics)
-            if scored:
-                validations[g].log(
-                    epoch * updates_per_epoch,
-                    {"val_accuracy": val_right[g].item(), "val_loss": val_loss[g].item()},
-                )
-            if fitted[g] is None and metrics["train_accuracy"] == 1.0:
-                fitted[g] = epoch
-    return {
-        name: Run(
-            model.member(g, c.dropout),
-            histories[g],
-            c.data,
-            updates_per_epoch,
-            fitted[g],
-            validations[g],
+    def evaluate() -> dict[str, torch.Tensor]:
+        epoch, x, y = current["epoch"], current["x"], current["y"]
+        if val is not None and epoch > epochs - val_epochs:
+            val_logits = stack.on_all(val[0])
+            val_loss = together.cross_entropy(val_logits, val[1])
+            val_right = together.accuracy(val_logits, val[1])
+            for g, validation in enumerate(validations):
+                metrics = {"val_accuracy": val_right[g].item(), "val_loss": val_loss[g].item()}
+                validation.log(epoch * updates_per_epoch, metrics)
+        return {
+            "train_accuracy": together.accuracy(stack(x), y),
+            "test_accuracy": together.accuracy(stack(test_x), test_y),
+        }
+
+    histories = together.train(
+        stack,
+        optimizer,
+        losses_of_update,
+        epochs * updates_per_epoch,
+        evaluate=evaluate,
+        eval_every=updates_per_epoch,
+        desc="randomization tests",
+    )
+    runs = {}
+    for g, (name, c) in enumerate(zip(names, chosen, strict=True)):
+        fitted = histories[g].first_step_reaching("train_accuracy", 1.0)
+        epochs_to_fit = None if fitted is None else fitted // updates_per_epoch
+        model = stack.member(g)
+        runs[name] = Run(
+            model, histories[g], c.data, updates_per_epoch, epochs_to_fit, validations[g]
         )
-        for g, (name, c) in enumerate(zip(names, chosen, strict=True))
-    }
+    return runs
 
 
 def randomization_test(
