@@ -11,11 +11,11 @@ on), every function and method, less the experiment's drawing functions (`draw_*
 
 **What is left out (the exclusion rule).** Argument checks and messages: a call of the shared
 checks (`checks.<name>(...)`, its arguments included), a `raise` statement (the exception and its
-message), the condition of an `if` whose body only raises (a hand-written argument check), and a
-progress bar's label (a `desc=` argument changed, set to None or dropped, a `desc` parameter's
-default). Only what lies inside them is left out: `n = checks.integer("n", n)` still becomes
-`n = None`, and `torch.randn(checks.integer(...))` still loses its argument. mutmut leaves out
-docstrings, type annotations and decorators itself.
+message), an `if` branch that ends by raising (its condition and what it computes for the
+message: a hand-written argument check), and a progress bar's label (a `desc=` argument changed,
+set to None or dropped; a `desc` parameter's default). Only what lies inside them is left out:
+`n = checks.integer("n", n)` still becomes `n = None`, and `torch.randn(checks.integer(...))`
+still loses its argument. mutmut leaves out docstrings, type annotations and decorators itself.
 
 **How.** mutmut 3 (pinned in requirements.txt) writes every mutant of a function beside it
 behind a trampoline, measures which unit tests reach each function (a run of
@@ -161,8 +161,9 @@ def inside(work: Path):
 
 def excluded_nodes(module) -> set[int]:
     """The ids of the nodes the exclusion rule leaves out: `checks.<name>(...)` calls, `raise`
-    statements, the condition of an `if` that only raises, and a progress bar's label (the value
-    of a `desc=` argument, the default of a `desc` parameter), each with everything inside."""
+    statements, an `if` branch that ends by raising (its condition and its body: an error path),
+    and a progress bar's label (the value of a `desc=` argument, the default of a `desc`
+    parameter), each with everything inside."""
     import libcst as cst
 
     found: set[int] = set()
@@ -194,18 +195,12 @@ def excluded_nodes(module) -> set[int]:
                 take(node.default)
 
         def visit_If(self, node) -> None:
-            body = node.body.body
-            statements = [
-                s
-                for line in body
-                for s in (line.body if isinstance(line, cst.SimpleStatementLine) else [line])
-            ]
-            if (
-                node.orelse is None
-                and statements
-                and all(isinstance(s, cst.Raise) for s in statements)
-            ):
+            # an error path: a branch that ends by raising; its condition checks an argument and
+            # what it computes before the raise (a `got = ...`) only feeds the message
+            last = node.body.body[-1] if node.body.body else None
+            if isinstance(last, cst.SimpleStatementLine) and isinstance(last.body[-1], cst.Raise):
                 take(node.test)
+                take(node.body)
 
     module.visit(Finder())
     return found
