@@ -54,7 +54,7 @@ SHAPES = [(16, 5), (8, 3, 4, 5), (1, 3, 3, 3)]
 HYPER = [(1e-5, 0.1), (0.5, 0.3)]  # a large eps shows where eps goes; a large momentum, its role
 
 
-# -- agreement with torch.nn.BatchNorm1d / BatchNorm2d ------------------------------------------
+# -- agreement with torch.nn.BatchNorm1d / BatchNorm2d ---------------------------------------------
 
 
 @pytest.mark.parametrize("shape", SHAPES, ids=str)
@@ -102,7 +102,7 @@ def test_gradients_agree_with_torch(shape):
     assert torch.allclose(ours.beta.grad, theirs.bias.grad, rtol=0, atol=TOL)
 
 
-# -- the paper's definitions, checked directly ----------------------------------------------------
+# -- the paper's definitions, checked directly -----------------------------------------------------
 
 
 def test_a_fresh_layer_has_gamma_one_beta_zero_and_neutral_running_statistics():
@@ -217,7 +217,7 @@ def test_folding_uses_the_running_statistics_not_a_batch():
         assert (folded(x) - train_mode).abs().max() > 1e-3
 
 
-# -- Algorithm 1's helpers, which the BN-LSTM reuses ----------------------------------------------
+# -- Algorithm 1's helpers, which the BN-LSTM reuses -----------------------------------------------
 
 
 def test_batch_statistics_and_normalize_are_algorithm_1_on_2d_input():
@@ -231,7 +231,7 @@ def test_batch_statistics_and_normalize_are_algorithm_1_on_2d_input():
     assert torch.allclose(bn_module.unbiased(variance, 12), x.var(0, correction=1), atol=1e-12)
 
 
-# -- the paper's MNIST network --------------------------------------------------------------------
+# -- the paper's MNIST network ---------------------------------------------------------------------
 
 
 def test_the_mnist_network_has_the_papers_shape_and_bn_replaces_the_bias():
@@ -459,7 +459,7 @@ def test_with_statistics_swaps_the_buffers_of_a_copy(digits):
     assert not torch.equal(net.norms[1].running_var, running[1].variance)
 
 
-# -- bad input: one rejection test per entry point ------------------------------------------------
+# -- bad input: one rejection test per entry point -------------------------------------------------
 
 
 def test_the_layer_rejects_bad_hyper_parameters():
@@ -530,7 +530,7 @@ def test_train_mnist_net_rejects_bad_settings(digits):
         experiment.train_mnist_net(digits, 1.0, batch_norm=True)  # the seed is the chapter's
 
 
-# -- the chapter's measurements -------------------------------------------------------------------
+# -- the chapter's measurements --------------------------------------------------------------------
 
 
 def test_saturated_fraction_counts_units_whose_whole_band_is_beyond_five():
@@ -570,7 +570,7 @@ def test_predictions_in_batches_match_one_pass_in_eval_mode_and_not_in_train_mod
     assert not torch.allclose(alone, together)
 
 
-def test_affine_lr_steps_gamma_beta_and_the_readout_at_their_own_rate(digits):
+def test_affine_and_readout_rates_step_gamma_beta_and_the_readout_apart(digits):
     def run(use_bn=True, **options):
         return experiment.train_mnist_net(
             digits, 3.0, batch_norm=use_bn, seed=0, steps=5, eval_every=5, **options
@@ -578,34 +578,48 @@ def test_affine_lr_steps_gamma_beta_and_the_readout_at_their_own_rate(digits):
 
     with pn.seeded(0):
         start = experiment.MNISTNet(batch_norm=True)
-    default, same, frozen = run(), run(affine_lr=3.0), run(affine_lr=1e-12)
+    default, same = run(), run(affine_lr=3.0, readout_lr=3.0)
     for a, b in zip(default.parameters(), same.parameters(), strict=True):
         assert torch.equal(a, b)  # the same rate by either name: the same updates
-    for net in (default, frozen):  # the weights in front of the BN layers step at lr
+    frozen_affine, frozen_readout = run(affine_lr=1e-12), run(readout_lr=1e-12)
+    for net in (default, frozen_affine, frozen_readout):  # W in front of BN steps at lr
         assert not torch.allclose(net.linears[1].weight, start.linears[1].weight, atol=1e-3)
     for name in ("gamma", "beta"):
-        assert torch.allclose(getattr(frozen.norms[2], name), getattr(start.norms[2], name))
+        assert torch.allclose(getattr(frozen_affine.norms[2], name), getattr(start.norms[2], name))
         assert not torch.allclose(getattr(default.norms[2], name), getattr(start.norms[2], name))
-    assert torch.allclose(frozen.readout.weight, start.readout.weight)
+        moved = getattr(frozen_readout.norms[2], name)
+        assert not torch.allclose(moved, getattr(start.norms[2], name))
+    assert torch.allclose(frozen_readout.readout.weight, start.readout.weight)
+    assert not torch.allclose(frozen_affine.readout.weight, start.readout.weight)
     assert not torch.allclose(default.readout.weight, start.readout.weight)
-    # Without BN the hidden weights and biases step at lr, only the read-out at affine_lr.
+    # Without BN the hidden weights and biases step at lr, only the read-out at readout_lr.
     with pn.seeded(0):
         plain_start = experiment.MNISTNet(batch_norm=False)
-    plain = run(use_bn=False, affine_lr=1e-12)
+    plain = run(use_bn=False, readout_lr=1e-12)
     assert torch.allclose(plain.readout.weight, plain_start.readout.weight)
     assert not torch.allclose(plain.linears[2].bias, plain_start.linears[2].bias, atol=1e-4)
-    with pytest.raises(ValueError, match="affine_lr"):
-        experiment.train_mnist_net(digits, 1.0, batch_norm=True, seed=0, steps=5, affine_lr=0.0)
+    for name in ("affine_lr", "readout_lr"):
+        with pytest.raises(ValueError, match=name):
+            experiment.train_mnist_net(digits, 1.0, batch_norm=True, seed=0, steps=5, **{name: 0.0})
 
 
 def trained_alone(digits, setting, *, use_bn, seed, steps):
     """The reference: one MNISTNet, torch's SGD and the book's loop, no side-by-side code."""
     with pn.seeded(seed):
         model = experiment.MNISTNet(batch_norm=use_bn, init_std=setting.init_std)
+    if setting.draw:  # draw d: the d-th set of Gaussian draws of the seed, one after another
+        shapes = [(100, 64), (100, 100), (100, 100), (10, 100)]
+        with pn.seeded(seed):
+            draws = [[torch.randn(shape) for shape in shapes] for _ in range(setting.draw + 1)]
+        with torch.no_grad():
+            for layer, w in zip([*model.linears, model.readout], draws[-1], strict=True):
+                layer.weight.copy_(w * setting.init_std)
     affine = setting.lr if setting.affine_lr is None else setting.affine_lr
+    readout = setting.lr if setting.readout_lr is None else setting.readout_lr
     groups = [
         {"params": list(model.linears.parameters()), "lr": setting.lr},
-        {"params": [*model.norms.parameters(), *model.readout.parameters()], "lr": affine},
+        {"params": list(model.norms.parameters()), "lr": affine},
+        {"params": list(model.readout.parameters()), "lr": readout},
     ]
     batches = pn.minibatches(len(digits.train_x), 60, pn.generator(seed, experiment.BATCHES))
     pn.training.train_classifier(
@@ -615,6 +629,7 @@ def trained_alone(digits, setting, *, use_bn, seed, steps):
         steps,
         batches=batches,
         logits_of=lambda index: model(digits.train_x[index]),
+        clip=setting.clip,
     )
     return model.eval()
 
@@ -623,7 +638,8 @@ def test_networks_side_by_side_make_the_updates_each_makes_alone(digits):
     settings = [
         experiment.Setting(1.0),
         experiment.Setting(3.0, init_std=0.5),
-        experiment.Setting(10.0, affine_lr=0.5),
+        experiment.Setting(10.0, affine_lr=0.5, readout_lr=0.5),
+        experiment.Setting(3.0, readout_lr=0.5, draw=1, clip=0.5),
     ]
     for use_bn in (True, False):
         # 12 updates: float rounding differs between a batched product and nn.Linear, and
@@ -692,7 +708,7 @@ def test_steps_to_chosen_and_paired_difference():
     history = pn.History()
     for step, accuracy in [(10, 0.2), (20, 0.6), (30, 0.5)]:
         history.log(step, {"test_accuracy": accuracy})
-    run = experiment.Run(None, history, torch.empty(0), [])
+    run = experiment.Run(None, history, torch.empty(0), [], torch.empty(0))
     assert experiment.steps_to(run, 0.55, 99) == 20
     assert experiment.steps_to(run, 0.7, 99) == 99
     assert experiment.chosen({0.1: 0.5, 0.3: 0.7, 1.0: 0.7}) == 0.3  # of equals, the first
@@ -727,3 +743,139 @@ def test_mode_gap_is_eval_minus_train_mode_accuracy_paired_over_images():
     assert not net.training  # measured in train mode on a copy
     with pytest.raises(ValueError, match="batch_size"):
         experiment.mode_gap(net, x, y, 1)
+
+
+# -- Section 3.3: scale invariance, and the brake the chapter measures
+
+
+def test_bn_of_wu_ignores_the_scale_of_w_and_its_gradient_shrinks_as_one_over_a():
+    # BN((aW)u) = BN(Wu) and dBN((aW)u)/d(aW) = (1/a) dBN(Wu)/dW (Section 3.3), with the gradient
+    # through mu_B and sigma^2_B; each row's gradient is orthogonal to the row, so a step makes
+    # ||w_j|| grow: the brake section 1 of the chapter measures.
+    u = randn(32, 6, seed=3, scale=2.0, shift=0.5)
+    upstream = randn(32, 4, seed=4)
+    weight = randn(4, 6, seed=5)
+    outputs, grads = [], []
+    for a in (1.0, 7.0):
+        layer = BatchNorm(4, eps=1e-12).double()
+        w = (a * weight).requires_grad_(True)
+        y = layer(u @ w.T)
+        (y * upstream).sum().backward()
+        outputs.append(y.detach())
+        grads.append(w.grad)
+    assert torch.allclose(outputs[0], outputs[1], atol=1e-9)
+    assert torch.allclose(grads[1], grads[0] / 7.0, atol=1e-9)
+    assert torch.allclose(
+        (grads[0] * weight).sum(1), torch.zeros(4, dtype=torch.float64), atol=1e-9
+    )
+    # Without the gradient through the batch statistics the step is not orthogonal to w.
+    x = u @ weight.T
+    w = weight.clone().requires_grad_(True)
+    z = u @ w.T
+    mean, var = x.mean(0), x.var(0, correction=0)
+    ((z - mean) / torch.sqrt(var + 1e-12) * upstream).sum().backward()
+    assert (w.grad * weight).sum(1).abs().max() > 1e-3
+
+
+def test_weight_norms_are_the_row_norms_of_each_hidden_layer_at_every_evaluation(digits):
+    settings = [experiment.Setting(1.0), experiment.Setting(30.0)]
+    runs = experiment.train_mnist_nets(
+        digits, settings, batch_norm=True, seed=0, steps=40, eval_every=20
+    )
+    for run in runs:
+        assert run.weight_norms.shape == (2, 3, 100)
+        final = torch.stack([lin.weight.norm(dim=1) for lin in run.model.linears])
+        assert torch.allclose(run.weight_norms[-1], final, rtol=1e-5)
+    # the larger rate grows the norms faster (Section 3.3's brake)
+    assert runs[1].weight_norms[-1].median() > 2 * runs[0].weight_norms[-1].median()
+
+
+def test_percentile_band_of_members_is_each_members_band():
+    inputs = torch.randn(50, 3, 7, generator=gen(2))  # (N, members, units)
+    bands = experiment.percentile_band(inputs)
+    assert bands.shape == (3, 3, 7)
+    for k in range(3):
+        assert torch.allclose(bands[:, k], experiment.percentile_band(inputs[:, k]))
+
+
+# -- the weight-normalised null
+
+
+def weight_normed(settings, seed=0, hidden=100):
+    with pn.seeded(seed):
+        return experiment.WeightNormNets(settings, n_inputs=64, hidden=hidden)
+
+
+def test_weight_norm_is_g_v_over_the_norm_of_v_and_starts_as_the_plain_network():
+    settings = [experiment.Setting(1.0), experiment.Setting(1.0, init_std=0.5)]
+    nets = weight_normed(settings)
+    with pn.seeded(0):
+        plain = experiment.MNISTNets(settings, batch_norm=False, n_inputs=64)
+    x = randn(20, 64).float()
+    for i in range(3):
+        v, g = nets.weights[i], nets.gains[i]
+        # w_j = g_j v_j / ||v_j||, written out row by row
+        expected = torch.stack(
+            [
+                torch.stack([g[k, j] * v[k, j] / v[k, j].norm() for j in range(100)])
+                for k in range(2)
+            ]
+        )
+        assert torch.allclose(nets.effective_weight(i), expected, atol=1e-6)
+    with torch.no_grad():
+        assert torch.allclose(nets(x), plain(x), atol=1e-5)  # g = ||v|| at the start
+        for v in nets.weights[:3]:
+            v.mul_(3.0)  # the scale of v does not reach the output
+        assert torch.allclose(nets(x), plain(x), atol=1e-5)
+        member = nets.member(1)
+        assert isinstance(member, experiment.MNISTNet) and not member.norms
+        assert torch.allclose(member(x), nets(x)[1], atol=1e-5)
+
+
+def test_weight_norms_standardised_start_sets_g_and_b_and_steps_them_at_affine_lr(digits):
+    settings = [experiment.Setting(1.0, standardised=True), experiment.Setting(1.0)]
+    nets = weight_normed(settings, seed=1)
+    v_before = [v.detach().clone() for v in nets.weights]
+    experiment.standardise_start(nets, digits.train_x, [True, False])
+    with torch.no_grad():
+        inputs = nets.nonlinearity_inputs(digits.train_x)
+    for z in inputs:
+        assert torch.allclose(z[0].mean(0), torch.zeros(100), atol=1e-4)
+        assert torch.allclose(z[0].std(0, correction=0), torch.ones(100), atol=1e-4)
+    for v, before in zip(nets.weights, v_before, strict=True):
+        assert torch.equal(v, before)  # Salimans & Kingma's start moves g and b, not v
+    runs = experiment.train_mnist_nets(
+        digits,
+        [experiment.Setting(1.0, standardised=True, affine_lr=1e-12)],
+        batch_norm=False,
+        weight_norm=True,
+        seed=1,
+        steps=5,
+        eval_every=5,
+    )
+    start = weight_normed([experiment.Setting(1.0, standardised=True)], seed=1)
+    experiment.standardise_start(start, digits.train_x, [True])
+    trained = runs[0].model
+    # g and b frozen: each hidden row of the trained w keeps its norm g, its direction moves
+    for i, linear in enumerate(trained.linears):
+        assert torch.allclose(linear.weight.norm(dim=1), start.gains[i][0], rtol=1e-4)
+        assert torch.allclose(linear.bias, start.biases[i][0], atol=1e-6)
+        assert not torch.allclose(linear.weight, start.effective_weight(i)[0], atol=1e-4)
+
+
+def test_train_mnist_nets_rejects_bad_kinds_and_settings(digits):
+    with pytest.raises(ValueError, match="batch_norm or weight_norm"):
+        experiment.train_mnist_nets(
+            digits, [experiment.Setting(1.0)], batch_norm=True, weight_norm=True, seed=0
+        )
+    for bad, name in [
+        (experiment.Setting(1.0, clip=0.0), "clip"),
+        (experiment.Setting(1.0, readout_lr=-1.0), "readout_lr"),
+        (experiment.Setting(1.0, draw=-1), "draw"),
+    ]:
+        with pytest.raises(ValueError, match=name):
+            experiment.train_mnist_nets(digits, [bad], batch_norm=False, seed=0)
+    with pytest.raises(ValueError, match="hidden"):
+        experiment.train_mnist_nets(
+            digits, [experiment.Setting(1.0)], batch_norm=False, seed=0, hidden=0
+        )

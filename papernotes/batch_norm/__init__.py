@@ -32,7 +32,7 @@ from papernotes.training import generator
 
 STATISTICS_BATCHES = 2  # the generator stream of population_statistics's shuffled pass
 
-# -- 1 and 2. Mini-batch statistics and the normalising transform -------------------------------
+# -- 1 and 2. Mini-batch statistics and the normalising transform ----------------------------------
 
 
 def _feature_dims(x: torch.Tensor) -> tuple[int, ...]:
@@ -81,7 +81,7 @@ def unbiased(variance: torch.Tensor, m: int) -> torch.Tensor:
     return variance * (m / (m - 1))
 
 
-# -- 3. The layer: batch statistics to train, population statistics to predict --------------------
+# -- 3. The layer: batch statistics to train, population statistics to predict ---------------------
 
 
 class BatchNorm(nn.Module):
@@ -195,7 +195,7 @@ def population_statistics(
     return population, per_batch
 
 
-# -- 4. At test time BN is one linear map ------------------------------------------------------
+# -- 4. At test time BN is one linear map ----------------------------------------------------------
 
 
 def fold_into_linear(linear: nn.Linear, bn: BatchNorm) -> nn.Linear:

@@ -20,7 +20,7 @@ from papernotes.data import Digits, minibatches
 
 BATCHES = 1  # the generator stream of the training batches
 
-# -- the paper's MNIST network, with and without BN -----------------------------------------------
+# -- the paper's MNIST network, with and without BN ------------------------------------------------
 
 ACTIVATIONS = {"sigmoid": nn.Sigmoid, "relu": nn.ReLU}
 
@@ -49,13 +49,7 @@ class MNISTNet(nn.Module):
         super().__init__()
         checks.boolean("batch_norm", batch_norm)
         checks.one_of("activation", activation, tuple(ACTIVATIONS))
-        for name, value in [
-            ("n_inputs", n_inputs),
-            ("hidden", hidden),
-            ("n_layers", n_layers),
-            ("n_classes", n_classes),
-        ]:
-            checks.integer(name, value)
+        _check_counts(n_inputs=n_inputs, hidden=hidden, n_layers=n_layers, n_classes=n_classes)
         checks.number("init_std", init_std, low=0.0, low_open=True)
         self.batch_norm = batch_norm
         widths = [n_inputs] + [hidden] * n_layers + [n_classes]
@@ -96,6 +90,12 @@ class MNISTNet(nn.Module):
         return self.logits(self.nonlinearity_inputs(x)[-1])
 
 
+def _check_counts(**counts) -> None:
+    """Each keyword a positive integer (sizes, step counts), named in the error if not."""
+    for name, value in counts.items():
+        checks.integer(name, value)
+
+
 def _bn_layer(features: int) -> nn.Module:
     # Out here because MNISTNet's argument `batch_norm` hides the module's name inside __init__.
     return batch_norm.BatchNorm(features)
@@ -106,7 +106,7 @@ PERCENTILES = (0.15, 0.50, 0.85)  # the paper's Figure 1 (b, c)
 
 def percentile_band(inputs: torch.Tensor) -> torch.Tensor:
     """The 15th, 50th and 85th percentiles over examples of each unit's input (N, units) ->
-    (3, units)."""
+    (3, units); (N, members, units) -> (3, members, units)."""
     return torch.quantile(inputs, torch.tensor(PERCENTILES, dtype=inputs.dtype), dim=0)
 
 
@@ -114,47 +114,74 @@ def percentile_band(inputs: torch.Tensor) -> torch.Tensor:
 class Run(training.Run):
     """One training run: the network as training left it (in eval mode), its History (the
     training loss, and the validation and test accuracy, every `eval_every` updates and after
-    the last), and the percentile bands of the last hidden layer's nonlinearity inputs over the
-    test set at the evaluations after `band_steps` updates, shape (len(band_steps), 3, hidden).
+    the last), the percentile bands of the last hidden layer's nonlinearity inputs over the
+    test set at the evaluations after `band_steps` updates, shape (len(band_steps), 3, hidden),
+    and the norm of every hidden unit's incoming weights at each evaluation of the History,
+    shape (evaluations, n_layers, hidden): ||w_j||, the scale BN's output ignores (Section 3.3).
     """
 
     bands: torch.Tensor
     band_steps: list[int]
+    weight_norms: torch.Tensor
 
 
 @dataclass(frozen=True)
 class Setting:
-    """What one network of a side-by-side training differs in: its learning rate, the rate of
-    the parameters BN's scale invariance does not cover (`affine_lr`, None: `lr`; see
-    `train_mnist_nets`), the standard deviation of its initial weights, and (a network without
-    BN) whether its start is standardised once on the training images (`standardise_start`)."""
+    """What one network of a side-by-side training differs in.
+
+    - `lr`: the learning rate of the weights in front of each hidden layer's nonlinearity (and,
+      without BN, of the hidden biases);
+    - `affine_lr`: the rate of gamma and beta (weight normalisation's g and b), and
+      `readout_lr` the read-out layer's (None: `lr`): what BN's scale invariance does not cover;
+    - `init_std`: the standard deviation of the initial weights; `draw`: which Gaussian draw of
+      the seed they are (0, 1, ...: other starts of the same seed, the same batches);
+    - `standardised`: (a network without BN) whose start is standardised once on the training
+      images (`standardise_start`);
+    - `clip`: the norm each update's gradient is clipped to (None: no clipping)."""
 
     lr: float
     affine_lr: float | None = None
     init_std: float = 0.1
     standardised: bool = False
+    readout_lr: float | None = None
+    clip: float | None = None
+    draw: int = 0
+
+
+# The rate each parameter steps at: the member's `lr`, `affine_lr` or `readout_lr`.
+LR, AFFINE, READOUT = "lr", "affine_lr", "readout_lr"
 
 
 class MNISTNets(nn.Module):
     """`len(settings)` sigmoid MNISTNets trained side by side as one module: member k has its
-    own weights (the seed's Gaussian draw times its `init_std`), and every member sees the same
-    mini-batches. The linear layers are one batched matrix product (weights (members, out,
-    in)); each BN layer is one `batch_norm.BatchNorm` over members x hidden features, each
-    feature normalised over the batch on its own, so no member's output, gradient or statistics
-    depend on another's. `member(k)` hands member k back as a stand-alone MNISTNet."""
+    own weights (the seed's Gaussian draw number `draw` times its `init_std`), and every member
+    sees the same mini-batches. The linear layers are one batched matrix product (weights
+    (members, out, in)); each BN layer is one `batch_norm.BatchNorm` over members x hidden
+    features, each feature normalised over the batch on its own, so no member's output,
+    gradient or statistics depend on another's. `member(k)` hands member k back as a
+    stand-alone MNISTNet."""
 
-    def __init__(self, settings, *, batch_norm: bool, n_inputs: int, n_layers: int = 3):
+    def __init__(
+        self, settings, *, batch_norm: bool, n_inputs: int, n_layers: int = 3, hidden: int = 100
+    ):
         super().__init__()
         self.settings = tuple(settings)
         self.batch_norm, self.n_inputs, self.n_layers = batch_norm, n_inputs, n_layers
-        self.hidden, self.n_classes = 100, 10
+        self.hidden, self.n_classes = hidden, 10
         k = len(self.settings)
         widths = [n_inputs] + [self.hidden] * n_layers + [self.n_classes]
         shapes = list(zip(widths[1:], widths[:-1], strict=True))
-        # MNISTNet's draws, in its order: member k starts from them times its own scale.
-        draws = [torch.randn(shape) for shape in shapes]
+        # MNISTNet's draws, in its order (draw 0 first, then the others): member k starts from
+        # its draw times its own scale.
+        draws = [
+            [torch.randn(shape) for shape in shapes]
+            for _ in range(1 + max(s.draw for s in self.settings))
+        ]
         scale = torch.tensor([s.init_std for s in self.settings]).view(k, 1, 1)
-        self.weights = nn.ParameterList(nn.Parameter(w * scale) for w in draws)
+        self.weights = nn.ParameterList(
+            nn.Parameter(torch.stack([draws[s.draw][i] for s in self.settings]) * scale)
+            for i in range(len(shapes))
+        )
         biased = [not batch_norm] * n_layers + [True]  # beta replaces a hidden layer's bias
         self.biases = nn.ParameterList(
             nn.Parameter(torch.zeros(k, out))
@@ -165,20 +192,22 @@ class MNISTNets(nn.Module):
             _bn_layer(k * self.hidden) for _ in range(n_layers if batch_norm else 0)
         )
 
+    def pre_activation(self, i: int, h: torch.Tensor) -> torch.Tensor:
+        """Hidden layer i's nonlinearity input (members, N, hidden) from its input h:
+        BN(Wu) with BN, Wu + b without."""
+        pre = torch.bmm(h, self.weights[i].transpose(1, 2))
+        if not self.batch_norm:
+            return pre + self.biases[i].unsqueeze(1)
+        k, n = pre.shape[:2]
+        flat = pre.transpose(0, 1).reshape(n, k * self.hidden)  # (N, members x hidden)
+        return self.norms[i](flat).reshape(n, k, self.hidden).transpose(0, 1)
+
     def nonlinearity_inputs(self, x: torch.Tensor) -> list[torch.Tensor]:
         """Every hidden layer's nonlinearity input, (members, N, hidden) each, from x (N, D)."""
-        k = len(self.settings)
-        h, inputs = x.expand(k, *x.shape), []
+        h, inputs = x.expand(len(self.settings), *x.shape), []
         for i in range(self.n_layers):
-            pre = torch.bmm(h, self.weights[i].transpose(1, 2))
-            if self.batch_norm:
-                n = pre.shape[1]
-                flat = pre.transpose(0, 1).reshape(n, k * self.hidden)  # (N, members x hidden)
-                pre = self.norms[i](flat).reshape(n, k, self.hidden).transpose(0, 1)
-            else:
-                pre = pre + self.biases[i].unsqueeze(1)
-            inputs.append(pre)
-            h = torch.sigmoid(pre)
+            inputs.append(self.pre_activation(i, h))
+            h = torch.sigmoid(inputs[-1])
         return inputs
 
     def logits(self, last_input: torch.Tensor) -> torch.Tensor:
@@ -190,17 +219,32 @@ class MNISTNets(nn.Module):
         """(N, D) -> logits (members, N, classes)."""
         return self.logits(self.nonlinearity_inputs(x)[-1])
 
-    def owners(self) -> list[tuple[nn.Parameter, torch.Tensor, bool]]:
+    def weight_norms(self) -> torch.Tensor:
+        """||w_j|| of every hidden unit's incoming weights, (members, n_layers, hidden)."""
+        return torch.stack([w.norm(dim=2) for w in self.weights[: self.n_layers]], dim=1)
+
+    @torch.no_grad()
+    def rescale(self, i: int, mu: torch.Tensor, sigma: torch.Tensor) -> None:
+        """Make hidden layer i's nonlinearity input (z - mu) / sigma (mu, sigma (members,
+        hidden)): W <- W / sigma, b <- (b - mu) / sigma. Networks without BN only."""
+        self.weights[i].div_(sigma.unsqueeze(-1))
+        self.biases[i].sub_(mu).div_(sigma)
+
+    def owners(self) -> list[tuple[nn.Parameter, torch.Tensor, str]]:
         """Each parameter, the member that owns each of its entries (broadcastable to it), and
-        whether it steps at the member's `lr` (every hidden layer's weights, and a network
-        without BN's hidden biases) or at its `affine_lr` (the read-out, every gamma and beta:
-        what BN's scale invariance does not cover)."""
+        which of the member's rates it steps at: `lr` (every hidden layer's weights, and a
+        network without BN's hidden biases), `affine_lr` (every gamma and beta) or `readout_lr`
+        (the read-out): see `Setting`."""
         k = torch.arange(len(self.settings))
-        hidden = self.n_layers
-        found = [(w, k.view(-1, 1, 1), i < hidden) for i, w in enumerate(self.weights)]
-        found += [(b, k.view(-1, 1), i < len(self.biases) - 1) for i, b in enumerate(self.biases)]
+        hidden, last = self.n_layers, len(self.biases) - 1
+        found = [
+            (w, k.view(-1, 1, 1), LR if i < hidden else READOUT) for i, w in enumerate(self.weights)
+        ]
+        found += [
+            (b, k.view(-1, 1), LR if i < last else READOUT) for i, b in enumerate(self.biases)
+        ]
         for bn in self.norms:
-            found += [(p, k.repeat_interleave(self.hidden), False) for p in (bn.gamma, bn.beta)]
+            found += [(p, k.repeat_interleave(self.hidden), AFFINE) for p in (bn.gamma, bn.beta)]
         return found
 
     def member(self, k: int) -> MNISTNet:
@@ -211,13 +255,13 @@ class MNISTNets(nn.Module):
                 batch_norm=self.batch_norm,
                 n_inputs=self.n_inputs,
                 n_layers=self.n_layers,
-                init_std=self.settings[k].init_std,
+                hidden=self.hidden,
             )
         rows = slice(k * self.hidden, (k + 1) * self.hidden)
         layers = [*net.linears, net.readout]
         with torch.no_grad():
-            for layer, w in zip(layers, self.weights, strict=True):
-                layer.weight.copy_(w[k])
+            for i, layer in enumerate(layers):
+                layer.weight.copy_(self.effective_weight(i)[k])
             biased = [layer for layer in layers if layer.bias is not None]
             for layer, b in zip(biased, self.biases, strict=True):
                 layer.bias.copy_(b[k])
@@ -226,49 +270,124 @@ class MNISTNets(nn.Module):
                     getattr(ours, name).copy_(getattr(stacked, name)[rows])
         return net.eval()
 
+    def effective_weight(self, i: int) -> torch.Tensor:
+        """Layer i's weights as a plain linear layer uses them, (members, out, in)."""
+        return self.weights[i]
+
+
+class WeightNormNets(MNISTNets):
+    """Networks without BN whose hidden layers are weight-normalised (Salimans & Kingma 2016):
+    w_j = g_j v_j / ||v_j||, so a hidden unit's input g_j (v_j . u) / ||v_j|| + b_j ignores the
+    scale of v_j, as BN's does that of w_j, but no batch statistics enter it. The null of the
+    claims that asks whether scale invariance alone, without normalising by the batch, lets the
+    network train at the rates BN does. Code of its own: nothing of `papernotes.batch_norm`.
+
+    g starts at ||v||, so an unstandardised start is the plain network's function;
+    `standardise_start` gives it Salimans & Kingma's data-dependent start (g_j = 1 / sigma_j,
+    b_j = -mu_j / sigma_j over the images). g and b step at `affine_lr`, v at `lr`."""
+
+    def __init__(self, settings, *, n_inputs: int, n_layers: int = 3, hidden: int = 100):
+        super().__init__(
+            settings, batch_norm=False, n_inputs=n_inputs, n_layers=n_layers, hidden=hidden
+        )
+        self.gains = nn.ParameterList(
+            nn.Parameter(w.detach().norm(dim=2)) for w in self.weights[:n_layers]
+        )
+
+    def effective_weight(self, i: int) -> torch.Tensor:
+        if i == self.n_layers:  # the read-out is not normalised
+            return self.weights[i]
+        v = self.weights[i]
+        # w = g v / ||v||, row by row
+        return self.gains[i].unsqueeze(-1) * v / v.norm(dim=2, keepdim=True)
+
+    def pre_activation(self, i: int, h: torch.Tensor) -> torch.Tensor:
+        return torch.bmm(h, self.effective_weight(i).transpose(1, 2)) + self.biases[i].unsqueeze(1)
+
+    @torch.no_grad()
+    def rescale(self, i: int, mu: torch.Tensor, sigma: torch.Tensor) -> None:
+        # g <- g / sigma, b <- (b - mu) / sigma: the scale lives in g, not in v
+        self.gains[i].div_(sigma)
+        self.biases[i].sub_(mu).div_(sigma)
+
+    def owners(self) -> list[tuple[nn.Parameter, torch.Tensor, str]]:
+        k = torch.arange(len(self.settings))
+        hidden, last = self.n_layers, len(self.biases) - 1
+        found = [
+            (w, k.view(-1, 1, 1), LR if i < hidden else READOUT) for i, w in enumerate(self.weights)
+        ]
+        found += [
+            (b, k.view(-1, 1), AFFINE if i < last else READOUT) for i, b in enumerate(self.biases)
+        ]
+        found += [(g, k.view(-1, 1), AFFINE) for g in self.gains]
+        return found
+
 
 @torch.no_grad()
 def standardise_start(nets: MNISTNets, x: torch.Tensor, which) -> None:
     """Rescale each hidden layer of the members `which` (one bool a member) of networks without
-    BN, first to last, so that its nonlinearity inputs Wu + b have mean 0 and variance 1 per
-    unit over the images x: W <- W / sigma, b <- (b - mu) / sigma, with the layer's inputs u
-    those of the layers already rescaled. BN's normalisation done once, at the start, with the
-    statistics of the data set instead of each batch's, and never again (a data-dependent
-    initialisation)."""
+    BN, first to last, so that its nonlinearity inputs have mean 0 and variance 1 per unit over
+    the images x (`nets.rescale`: W <- W / sigma, b <- (b - mu) / sigma; g instead of W under
+    weight normalisation), with the layer's inputs u those of the layers already rescaled. BN's
+    normalisation done once, at the start, with the statistics of the data set instead of each
+    batch's, and never again (a data-dependent initialisation)."""
     which = torch.tensor(list(which), dtype=torch.bool)
     if not which.any():
         return
     if nets.batch_norm:
         raise ValueError("standardise_start rescales networks without BN")
     h = x.expand(len(nets.settings), *x.shape)
-    for weight, bias in zip(nets.weights[:-1], nets.biases[:-1], strict=True):
-        pre = torch.bmm(h, weight.transpose(1, 2)) + bias.unsqueeze(1)
-        # (x - mu) / sigma = (W / sigma) u + (b - mu) / sigma; the other members keep (0, 1)
+    for i in range(nets.n_layers):
+        pre = nets.pre_activation(i, h)
+        # (z - mu) / sigma; the other members keep (0, 1)
         mu = torch.where(which[:, None], pre.mean(1), 0.0)
         sigma = torch.where(which[:, None], pre.std(1, correction=0), 1.0)
-        weight.div_(sigma.unsqueeze(-1))
-        bias.sub_(mu).div_(sigma)
+        nets.rescale(i, mu, sigma)
         h = torch.sigmoid((pre - mu.unsqueeze(1)) / sigma.unsqueeze(1))
 
 
 class MemberSGD(torch.optim.Optimizer):
     """Plain SGD for side-by-side members: an entry of member k moves by -rate_k * gradient,
-    rate_k its `lr`, or its `affine_lr` for the parameters BN's scale invariance does not cover
-    (every gamma and beta and the read-out); a member marked dead in `alive` does not move."""
+    rate_k its `lr`, `affine_lr` or `readout_lr` (see `MNISTNets.owners`), with member k's
+    gradient first scaled to norm at most its `clip` (as `nn.utils.clip_grad_norm_` scales a
+    run's); a member marked dead in `alive` does not move."""
 
     def __init__(self, nets: MNISTNets, alive: torch.Tensor):
         owned = nets.owners()
         super().__init__([p for p, _, _ in owned], {})
-        lr = torch.tensor([s.lr for s in nets.settings])
-        affine = torch.tensor([s.lr if s.affine_lr is None else s.affine_lr for s in nets.settings])
-        self.rates = [(p, owner, lr if at_lr else affine) for p, owner, at_lr in owned]
+        rates = {
+            LR: [s.lr for s in nets.settings],
+            AFFINE: [s.lr if s.affine_lr is None else s.affine_lr for s in nets.settings],
+            READOUT: [s.lr if s.readout_lr is None else s.readout_lr for s in nets.settings],
+        }
+        # (parameter, owner, the members' rates, the rates spread over its entries)
+        self.rates = []
+        for p, owner, which in owned:
+            member_rates = torch.tensor(rates[which])
+            self.rates.append((p, owner, member_rates, member_rates[owner]))
+        clips = [math.inf if s.clip is None else s.clip for s in nets.settings]
+        self.clip = torch.tensor(clips) if any(s.clip is not None for s in nets.settings) else None
         self.alive = alive
+
+    def _clip_scale(self) -> torch.Tensor:
+        """Each member's min(1, clip / (||g|| + 1e-6)), ||g|| the norm of all its gradients."""
+        k = len(self.clip)
+        # every parameter reshapes to (members, its entries): gamma's member k owns rows k*H..
+        square = sum(
+            p.grad.reshape(k, -1).square().sum(1) for p, *_ in self.rates if p.grad is not None
+        )
+        return torch.clamp(self.clip / (square.sqrt() + 1e-6), max=1.0)
 
     @torch.no_grad()
     def step(self, closure=None):
-        for p, owner, rates in self.rates:
-            if p.grad is not None:
-                p.sub_(torch.where(self.alive[owner], rates[owner] * p.grad, 0.0))
+        scale = None if self.clip is None else self._clip_scale()
+        everyone = bool(self.alive.all())
+        for p, owner, rates, spread in self.rates:
+            if p.grad is None:
+                continue
+            step = (spread if scale is None else (rates * scale)[owner]) * p.grad
+            # a dead member's gradient may be 0 * inf = nan: keep it out, not multiplied by 0
+            p.sub_(step if everyone else torch.where(self.alive[owner], step, 0.0))
 
 
 def train_mnist_nets(
@@ -282,18 +401,17 @@ def train_mnist_nets(
     eval_every: int = 50,
     band_every: int | None = None,
     n_layers: int = 3,
+    hidden: int = 100,
+    weight_norm: bool = False,
 ) -> list[Run]:
     """Plain SGD on cross-entropy, as in the paper's MNIST experiment, for one sigmoid network
-    per `Setting`, side by side (`MNISTNets`) through the book's loop: one Run per setting.
+    per `Setting`, side by side (`MNISTNets`, or `WeightNormNets` with `weight_norm`) through
+    the book's loop: one Run per setting.
 
     The initial weights and the order of the batches follow `seed`, so networks of one seed
-    with and without BN, and at every setting, start from the same draw and see the same
-    batches. A network whose loss stops being finite stops updating (its history's `diverged`)
-    and is scored as it stands; the others carry on.
-
-    `affine_lr` is the learning rate of the parameters BN's scale invariance does not cover:
-    every gamma and beta and the read-out layer; the weights in front of the BN layers (and
-    every weight and bias of a network without BN but its read-out) take `lr`.
+    with and without BN, and at every setting, start from the same draw (the setting's `draw`)
+    and see the same batches. A network whose loss stops being finite stops updating (its
+    history's `diverged`) and is scored as it stands; the others carry on.
 
     The percentile bands are recorded every `band_every` updates (a multiple of `eval_every`;
     None: after the last update only) and after the last.
@@ -307,20 +425,21 @@ def train_mnist_nets(
         raise TypeError("settings must be a non-empty list of experiment.Setting")
     for s in settings:
         checks.number("lr", s.lr, low=0.0, low_open=True)
-        if s.affine_lr is not None:
-            checks.number("affine_lr", s.affine_lr, low=0.0, low_open=True)
+        for name in (AFFINE, READOUT, "clip"):
+            if getattr(s, name) is not None:
+                checks.number(name, getattr(s, name), low=0.0, low_open=True)
         checks.number("init_std", s.init_std, low=0.0, low_open=True)
         checks.boolean("standardised", s.standardised)
+        checks.integer("draw", s.draw, 0)
     checks.boolean("batch_norm", batch_norm)
+    checks.boolean("weight_norm", weight_norm)
+    if batch_norm and weight_norm:
+        raise ValueError("a network has batch_norm or weight_norm, not both")
     if batch_norm and any(s.standardised for s in settings):
         raise ValueError("a standardised start is a start for networks without BN")
-    for name, value in [
-        ("steps", steps),
-        ("batch_size", batch_size),
-        ("eval_every", eval_every),
-        ("n_layers", n_layers),
-    ]:
-        checks.integer(name, value)
+    _check_counts(
+        steps=steps, batch_size=batch_size, eval_every=eval_every, n_layers=n_layers, hidden=hidden
+    )
     checks.integer("seed", seed, 0)
     if eval_every > steps:
         raise ValueError(f"eval_every ({eval_every}) must not exceed steps ({steps})")
@@ -330,10 +449,12 @@ def train_mnist_nets(
             f"band_every ({band_every}) must be a multiple of eval_every ({eval_every})"
         )
     k = len(settings)
+    shape = {"n_inputs": digits.n_pixels, "n_layers": n_layers, "hidden": hidden}
     with training.seeded(seed):
-        nets = MNISTNets(
-            settings, batch_norm=batch_norm, n_inputs=digits.n_pixels, n_layers=n_layers
-        )
+        if weight_norm:
+            nets = WeightNormNets(settings, **shape)
+        else:
+            nets = MNISTNets(settings, batch_norm=batch_norm, **shape)
     standardise_start(nets, digits.train_x, [s.standardised for s in settings])
     alive = torch.ones(k, dtype=torch.bool)
     diverged = [False] * k
@@ -341,6 +462,7 @@ def train_mnist_nets(
     batches = minibatches(len(digits.train_x), batch_size, training.generator(seed, BATCHES))
     bands: list[torch.Tensor] = []
     band_steps: list[int] = []
+    norms: list[torch.Tensor] = []
     evaluated = [0]  # evaluations so far
 
     def loss_of_update(_: int) -> torch.Tensor:
@@ -362,8 +484,9 @@ def train_mnist_nets(
         step = min(evaluated[0] * eval_every, steps)
         last_input = nets.nonlinearity_inputs(digits.test_x)[-1]  # (members, N, hidden)
         if step % band_every == 0 or step == steps:
-            bands.append(torch.stack([percentile_band(z) for z in last_input]))
+            bands.append(percentile_band(last_input.transpose(0, 1)).transpose(0, 1))
             band_steps.append(step)
+        norms.append(nets.weight_norms())
         val = (nets(digits.val_x).argmax(-1) == digits.val_y).float().mean(1)
         test = (nets.logits(last_input).argmax(-1) == digits.test_y).float().mean(1)
         return {
@@ -376,6 +499,7 @@ def train_mnist_nets(
             for j, value in enumerate(values.tolist())
         }
 
+    kind = "BN" if batch_norm else "weight norm" if weight_norm else "no BN"
     history = training.train(
         nets,
         MemberSGD(nets, alive),
@@ -383,9 +507,10 @@ def train_mnist_nets(
         steps,
         evaluate=evaluate,
         eval_every=eval_every,
-        desc=f"{'BN' if batch_norm else 'no BN'}, {k} network(s)",
+        desc=f"{kind}, {k} network(s)",
     )
     stacked = torch.stack(bands)  # (evaluations, members, 3, hidden)
+    stacked_norms = torch.stack(norms)  # (evaluations, members, n_layers, hidden)
     runs = []
     for j in range(k):
         own = training.History()
@@ -393,7 +518,7 @@ def train_mnist_nets(
         for e, step in enumerate(history.steps):
             metrics = ("loss", "val_accuracy", "test_accuracy")
             own.log(step, {m: history[f"{m}/{j}"][e] for m in metrics})
-        runs.append(Run(nets.member(j), own, stacked[:, j], list(band_steps)))
+        runs.append(Run(nets.member(j), own, stacked[:, j], list(band_steps), stacked_norms[:, j]))
     return runs
 
 
@@ -408,13 +533,15 @@ def train_mnist_net(
     eval_every: int = 50,
     band_every: int | None = None,
     affine_lr: float | None = None,
+    readout_lr: float | None = None,
     init_std: float = 0.1,
     n_layers: int = 3,
 ) -> Run:
-    """One network of `train_mnist_nets`: plain SGD at `lr` (and `affine_lr`, see there)."""
+    """One network of `train_mnist_nets`: plain SGD at `lr` (`affine_lr`, `readout_lr`: see
+    `Setting`)."""
     (run,) = train_mnist_nets(
         digits,
-        [Setting(lr, affine_lr, init_std)],
+        [Setting(lr, affine_lr, init_std, readout_lr=readout_lr)],
         batch_norm=batch_norm,
         seed=seed,
         steps=steps,
@@ -426,7 +553,7 @@ def train_mnist_net(
     return run
 
 
-# -- measuring the claims -----------------------------------------------------------------------
+# -- measuring the claims --------------------------------------------------------------------------
 
 
 def steps_to(run: Run, level: float, never: int) -> int:

@@ -55,9 +55,25 @@ def statistics_outside_the_gradient():
     m.batch_statistics = batch_statistics
 
 
+def scale_and_shift_dropped():
+    """gamma and beta are never applied: the layer outputs x_hat itself, y = x_hat instead of
+    y = gamma x_hat + beta (so they never learn either)."""
+
+    def _transform(self, x):
+        if self.training:
+            mean, variance = m.batch_statistics(x)
+            self._update_running_statistics(mean, variance, m.values_per_feature(x))
+        else:
+            mean, variance = self.running_mean, self.running_var
+        return m.normalize(x, mean, variance, self.eps)
+
+    m.BatchNorm._transform = _transform
+
+
 MUTANTS = [
     running_statistics_never_updated,
     eval_mode_uses_batch_statistics,
     momentum_weighs_the_old_value,
     statistics_outside_the_gradient,
+    scale_and_shift_dropped,
 ]
