@@ -775,3 +775,17 @@ def test_an_additive_rule_names_at_most_seven_of_the_nine_joints():
             [0.0] * 18, A_ub=rows, b_ub=[-1.0] * len(rows), bounds=(None, None)
         )
         assert found.status == 2, chosen  # infeasible
+
+
+def test_reading_by_length_changes_nothing_a_real_position_sees():
+    tokens = joints(60, seed=10)
+    inputs, cols, _ = experiment.joint_items(tokens, gen(24))
+    assert len((inputs != PAD).sum(1).unique()) > 3  # several lengths: several groups
+    model, rows = encoder(False, seed=3), torch.arange(60)
+    with torch.no_grad():
+        whole = model.features(inputs)[rows, cols]
+    assert torch.allclose(experiment.gap_features({"mlm": model}, inputs, cols), whole, atol=1e-5)
+    # rows come back in order, whatever the grouping
+    order = torch.randperm(60, generator=gen(25))
+    shuffled = experiment.gap_features({"mlm": model}, inputs[order], cols[order])
+    assert torch.allclose(shuffled, whole[order], atol=1e-5)
