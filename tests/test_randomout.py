@@ -240,6 +240,7 @@ def test_filter_net_biases_lie_in_the_shifted_range():
         experiment.FilterNet(0)
     with pytest.raises(ValueError, match="bias_shift must be a finite number"):
         experiment.FilterNet(2, bias_shift=-1.0)
+    assert experiment.FilterNet(2, bias_shift=None, conv_bias=False).conv.bias is None
 
 
 def members(n=3, n_filters=2, bias_shift=0.3):
@@ -261,80 +262,167 @@ def test_the_lottery_computes_each_members_network():
         assert torch.equal(lottery.member(s).conv.weight, net.conv.weight)
 
 
+def test_each_arm_holds_a_copy_of_every_network_fed_its_seeds_batch():
+    # Member a S + s is arm a's copy of network s and sees network s's batch; images shared by
+    # every member give the same logits as the same images passed once per seed.
+    nets = members(n=3, bias_shift=0.0)
+    lottery = experiment.Lottery(nets, arms=2)
+    with torch.no_grad():
+        lottery.conv_of(1).weight.mul_(-0.5)  # arm 1's filters differ from arm 0's
+    x = torch.rand(3, 5, 64, generator=gen())
+    logits = lottery(x)
+    assert logits.shape == (6, 5, 10)
+    for s, net in enumerate(nets):
+        assert torch.allclose(logits[s], net(x[s]), atol=1e-5)
+        other = lottery.member(3 + s)
+        assert torch.equal(other.conv.weight, -0.5 * net.conv.weight)
+        assert torch.allclose(logits[3 + s], other(x[s]), atol=1e-5)
+    shared = torch.rand(4, 64, generator=gen(1))
+    assert torch.allclose(lottery(shared), lottery(shared.expand(3, 4, 64)), atol=1e-6)
+    with pytest.raises(ValueError, match="one batch per seed"):
+        lottery(torch.rand(2, 4, 64))
+
+
+def test_a_lottery_without_biases_computes_each_members_network():
+    nets = []
+    for seed in range(2):
+        with pn.seeded(seed):
+            nets.append(experiment.FilterNet(1, bias_shift=None, conv_bias=False))
+    lottery = experiment.Lottery(nets, arms=2)
+    assert all(lottery.conv_of(a).bias is None for a in range(2))
+    x = torch.rand(2, 6, 64, generator=gen())
+    logits = lottery(x)
+    for s, net in enumerate(nets):
+        assert net.conv.bias is None
+        assert torch.allclose(logits[s], net(x[s]), atol=1e-5)
+        assert lottery.member(2 + s).conv.bias is None
+
+
 def test_each_members_gradient_is_its_gradient_alone():
     nets = members()
-    lottery = experiment.Lottery(nets)
+    lottery = experiment.Lottery(nets, arms=2)
     x = torch.rand(3, 16, 64, generator=gen())
-    y = torch.randint(0, 10, (3, 16), generator=gen(1))
+    y = torch.randint(0, 10, (6, 16), generator=gen(1))
     logits = lottery(x)
-    (F.cross_entropy(logits.flatten(0, 1), y.flatten()) * 3).backward()
-    cgn = ro.conv_gradient_norm(lottery.conv).reshape(3, 2)
-    for s, net in enumerate(nets):
-        F.cross_entropy(net(x[s]), y[s]).backward()
-        assert torch.allclose(cgn[s], ro.conv_gradient_norm(net.conv), rtol=1e-4, atol=1e-7)
+    (F.cross_entropy(logits.flatten(0, 1), y.flatten()) * 6).backward()
+    for arm in range(2):
+        # each arm's filters are a convolution of their own: its CGN holds its own gradients
+        cgn = ro.conv_gradient_norm(lottery.conv_of(arm)).reshape(3, 2)
+        for s, net in enumerate(nets):
+            net.zero_grad()
+            F.cross_entropy(net(x[s]), y[arm * 3 + s]).backward()
+            assert torch.allclose(cgn[s], ro.conv_gradient_norm(net.conv), rtol=1e-4, atol=1e-7)
 
 
 def test_lottery_rejects_mismatched_members():
-    with pytest.raises(ValueError, match="same filters and classes"):
+    with pytest.raises(ValueError, match="same filters, classes and biases"):
         experiment.Lottery([experiment.FilterNet(2), experiment.FilterNet(3)])
+    with pytest.raises(ValueError, match="same filters, classes and biases"):
+        experiment.Lottery(
+            [experiment.FilterNet(2), experiment.FilterNet(2, bias_shift=None, conv_bias=False)]
+        )
     with pytest.raises(TypeError, match="nets must be a non-empty list of FilterNet"):
         experiment.Lottery([])
-    with pytest.raises(ValueError, match="s must be below the number of members"):
+    with pytest.raises(ValueError, match="k must be below the number of members"):
         experiment.Lottery(members()).member(3)
+    with pytest.raises(ValueError, match="arm must be below the number of arms"):
+        experiment.Lottery(members(), arms=2).conv_of(2)
 
 
-def small_run(**kwargs):
+def small_run(seeds, rules, **kwargs):
     d = pn.load_digits_split()
-    return experiment.train_lottery(d.train_x, d.train_y, d.val_x, d.val_y, epochs=1, **kwargs)
+    return experiment.train_lottery(
+        d.train_x, d.train_y, d.val_x, d.val_y, seeds=seeds, rules=rules, epochs=1, **kwargs
+    )
+
+
+def one_run(seeds, rule, **kwargs):
+    return small_run(seeds, {"arm": rule}, **kwargs)["arm"]
 
 
 def test_with_a_zero_threshold_randomout_changes_nothing():
     # No CGN is below 0: the RandomOut run must be the baseline run, bit for bit (same initial
     # weights, same batches; the resets are the only difference).
-    base = small_run(seeds=[3, 4], randomout=False)
-    same = small_run(seeds=[3, 4], randomout=True, threshold=0.0)
+    base = one_run([3, 4], experiment.NoResets())
+    same = one_run([3, 4], experiment.ByCGN(0.0))
     assert same.log.resets == []
-    assert torch.equal(base.model.conv.weight, same.model.conv.weight)
-    assert base.history["val_accuracy"] == same.history["val_accuracy"]
-    other = small_run(seeds=[5, 6], randomout=False)
-    assert other.history["val_accuracy"] != base.history["val_accuracy"]
+    assert torch.equal(base.model.conv_of(0).weight, same.model.conv_of(0).weight)
+    assert base.history["accuracy"] == same.history["accuracy"]
+    other = one_run([5, 6], experiment.NoResets())
+    assert other.history["accuracy"] != base.history["accuracy"]
 
 
 def test_each_members_resets_are_what_they_would_be_alone():
     # Seeds 2 and 3 both reset filters in their first epoch: member 1 of the pair must train as
     # seed 3 alone does, resets included (a generator shared by the members would hand it
     # other fresh filters).
-    pair = small_run(seeds=[2, 3], randomout=True)
-    alone = small_run(seeds=[3], randomout=True)
+    pair = one_run([2, 3], experiment.ByCGN(1e-8))
+    alone = one_run([3], experiment.ByCGN(1e-8))
     assert min(pair.resets_per_member()) > 0
     assert [(u, r - 2) for u, r in pair.log.resets if r >= 2] == alone.log.resets
-    assert torch.allclose(pair.model.conv.weight[2:], alone.model.conv.weight, atol=1e-5)
-    assert torch.allclose(pair.model.conv.bias[2:], alone.model.conv.bias, atol=1e-5)
+    conv, conv_alone = pair.model.conv_of(0), alone.model.conv_of(0)
+    assert torch.allclose(conv.weight[2:], conv_alone.weight, atol=1e-5)
+    assert torch.allclose(conv.bias[2:], conv_alone.bias, atol=1e-5)
+
+
+def test_each_arm_trains_as_it_would_alone():
+    # RandomOut beside the nulls: its resets and weights are those of its run alone, and a
+    # null's are those of the null alone (the arms share no parameter, only the batches).
+    rules = {
+        "none": experiment.NoResets(),
+        "ro": experiment.ByCGN(1e-8),
+        "random": experiment.AtRandom(0.2),
+        "early": experiment.AtRandom(0.5, until=3),
+        "before": experiment.BeforeTraining(0.5),
+    }
+    together = small_run([2, 3], rules)
+    for name, rule in rules.items():
+        alone = one_run([2, 3], rule)
+        run = together[name]
+        assert run.arm == list(rules).index(name)
+        assert run.log.resets == alone.log.resets
+        assert run.draws == alone.draws
+        weight, weight_alone = run.model.conv_of(run.arm).weight, alone.model.conv_of(0).weight
+        assert torch.allclose(weight, weight_alone, atol=1e-5)
+        assert run.history["accuracy"] == pytest.approx(alone.history["accuracy"], abs=1e-6)
+        d = pn.load_digits_split()
+        accuracy = run.accuracy(d.test_x, d.test_y)
+        assert accuracy.shape == (2,)
+        assert torch.allclose(accuracy, alone.accuracy(d.test_x, d.test_y), atol=1e-6)
+        assert run.dead_filters(d.train_x).shape == (2, 2)
+    assert len(together["ro"].log.resets) > 0 and len(together["random"].log.resets) > 0
 
 
 def test_random_resets_at_rate_zero_are_the_baseline_bit_for_bit():
-    base = small_run(seeds=[2, 3], randomout=False)
-    zero = small_run(seeds=[2, 3], randomout=False, random_rate=0.0)
+    base = one_run([2, 3], experiment.NoResets())
+    zero = one_run([2, 3], experiment.AtRandom(0.0))
     assert zero.log.resets == []
-    assert torch.equal(base.model.conv.weight, zero.model.conv.weight)
-    assert base.history["val_accuracy"] == zero.history["val_accuracy"]
+    assert torch.equal(base.model.conv_of(0).weight, zero.model.conv_of(0).weight)
+    assert base.history["accuracy"] == zero.history["accuracy"]
     # the baseline's log is the experiment's own gradient norm, the CGN of the same gradients
     assert isinstance(base.log, experiment.GradientLog)
     assert base.log.cgn.shape == (8, 4)
 
 
 def test_random_resets_ignore_the_gradient_and_follow_their_own_streams():
-    run = small_run(seeds=[2, 3], randomout=False, random_rate=0.2)
-    again = small_run(seeds=[2, 3], randomout=False, random_rate=0.2)
+    run = one_run([2, 3], experiment.AtRandom(0.2))
+    again = one_run([2, 3], experiment.AtRandom(0.2))
     assert run.log.resets == again.log.resets and len(run.log.resets) > 0
-    assert torch.equal(run.model.conv.weight, again.model.conv.weight)
+    assert torch.equal(run.model.conv_of(0).weight, again.model.conv_of(0).weight)
     # about rate x updates x networks resets, of filters whatever their CGN
     assert 0.5 * 0.2 * 16 <= len(run.log.resets) <= 2 * 0.2 * 16
     cgn = run.log.cgn
     assert any(cgn[u, row] > 1e-3 for u, row in run.log.resets)
     # each network's resets are its own: network 1 alone resets as it did beside network 0
-    alone = small_run(seeds=[3], randomout=False, random_rate=0.2)
+    alone = one_run([3], experiment.AtRandom(0.2))
     assert [(u, r - 2) for u, r in run.log.resets if r >= 2] == alone.log.resets
+
+
+def test_early_random_resets_stop_at_their_update_and_draw_as_the_plain_ones_until_then():
+    early = one_run([2, 3], experiment.AtRandom(0.5, until=4))
+    plain = one_run([2, 3], experiment.AtRandom(0.5))
+    assert early.log.resets and all(u < 4 for u, _ in early.log.resets)
+    assert early.log.resets == [(u, r) for u, r in plain.log.resets if u < 4]
 
 
 def test_a_random_reset_redraws_the_weights_keeps_the_bias_and_clears_the_momentum():
@@ -364,11 +452,66 @@ def test_a_random_reset_redraws_the_weights_keeps_the_bias_and_clears_the_moment
         experiment.RandomResets(conv, 2, 0.1, choosers=[gen(1)], fresh=[gen(3)])
 
 
+def test_firing_fraction_counts_the_images_where_a_filter_fires_somewhere():
+    net = experiment.FilterNet(3, bias_shift=0.0)
+    with torch.no_grad():
+        net.conv.weight.normal_(generator=gen(4))
+        net.conv.bias[:] = torch.tensor([0.0, -1.0, 0.5])
+    x = torch.rand(40, 64, generator=gen(5))
+    by_hand = (net.features(x).amax(dim=(2, 3)) > 0).float().mean(0)  # (filters,)
+    found = experiment.firing_fraction(net.conv.weight.reshape(3, 9), net.conv.bias, x)
+    assert torch.allclose(found, by_hand)
+    no_bias = experiment.firing_fraction(net.conv.weight.reshape(3, 9), None, x)
+    with torch.no_grad():
+        net.conv.bias.zero_()
+    assert torch.allclose(no_bias, (net.features(x).amax(dim=(2, 3)) > 0).float().mean(0))
+
+
+def test_the_redraw_before_training_redraws_only_filters_that_fire_too_rarely():
+    d = pn.load_digits_split()
+    x = d.train_x[:200]
+    conv = nn.Conv2d(2, 4, kernel_size=3, groups=2)  # two networks of two filters
+    with torch.no_grad():
+        conv.weight.fill_(0.1)
+        conv.weight[1] = -1.0  # network 0's filter 1 never fires
+        conv.bias[:] = torch.tensor([0.0, -0.3, -0.7, 0.0])  # network 1's filter 0: rarely
+    before_w, before_b = conv.weight.detach().clone(), conv.bias.detach().clone()
+    fraction = experiment.firing_fraction(conv.weight.reshape(4, 9), conv.bias, x)
+    assert fraction[1] == 0 and 0 < fraction[2] < 0.5 and fraction[0] == fraction[3] == 1
+    draws = experiment.redraw_before_training_(conv, 2, x, 0.5, [gen(1), gen(2)])
+    assert draws[0] == draws[3] == 0 and draws[1] > 0 and draws[2] > 0
+    assert torch.equal(conv.weight[[0, 3]], before_w[[0, 3]])
+    assert torch.equal(conv.bias, before_b)  # biases kept, as RandomOut keeps them
+    after = experiment.firing_fraction(conv.weight.reshape(4, 9), conv.bias, x)
+    assert (after[[1, 2]] >= 0.5).all()
+    assert conv.weight.abs().max() <= 1 / 3
+    # network 1's filter draws from network 1's generator, whatever network 0 draws
+    first = torch.empty(1, 3, 3).uniform_(-1 / 3, 1 / 3, generator=gen(2))
+    alone = nn.Conv2d(1, 1, 3)
+    with torch.no_grad():
+        alone.weight.copy_(before_w[2:3])
+        alone.bias.copy_(before_b[2:3])
+    experiment.redraw_before_training_(alone, 1, x, 0.5, [gen(2)])
+    assert torch.equal(alone.weight[0], conv.weight[2])
+    if draws[2] == 1:
+        assert torch.equal(conv.weight[2], first)
+    # 0 redraws nothing; the cap stops a filter that cannot fire
+    assert experiment.redraw_before_training_(conv, 2, x, 0.0, [gen(1), gen(2)]) == [0] * 4
+    hopeless = nn.Conv2d(1, 1, 3)
+    with torch.no_grad():
+        hopeless.bias.fill_(-100.0)
+    assert experiment.redraw_before_training_(hopeless, 1, x, 0.001, [gen()], max_draws=7) == [7]
+
+
 def test_the_nulls_do_not_call_the_mechanism(monkeypatch):
     # A broken RandomOut (tests/mutants/randomout.py) must not move the runs without it.
-    expected = {
-        rate: small_run(seeds=[2], randomout=False, random_rate=rate) for rate in (None, 0.3)
+    nulls = {
+        "none": experiment.NoResets(),
+        "random": experiment.AtRandom(0.3),
+        "early": experiment.AtRandom(0.5, until=3),
+        "before": experiment.BeforeTraining(0.5),
     }
+    expected = small_run([2], nulls)
 
     def broken(*args, **kwargs):
         raise AssertionError("a null called the mechanism")
@@ -382,38 +525,65 @@ def test_the_nulls_do_not_call_the_mechanism(monkeypatch):
     )
     for name in names:
         monkeypatch.setattr(ro, name, broken)
-    for rate, before in expected.items():
-        run = small_run(seeds=[2], randomout=False, random_rate=rate)
-        assert run.log.resets == before.log.resets
-        assert torch.equal(run.model.conv.weight, before.model.conv.weight)
+    again = small_run([2], nulls)
+    for name, before in expected.items():
+        assert again[name].log.resets == before.log.resets
+        assert torch.equal(
+            again[name].model.conv_of(again[name].arm).weight,
+            before.model.conv_of(before.arm).weight,
+        )
     with pytest.raises(AssertionError, match="called the mechanism"):
-        small_run(seeds=[2], randomout=True)
+        one_run([2], experiment.ByCGN(1e-8))
+
+
+def test_the_authors_rule_redraws_a_dead_filter_at_every_update_until_it_fires():
+    # A filter dead on the whole training set has a CGN of 0 on every minibatch, so the
+    # authors' tau = 1e-30 draws it again before every update until a draw fires (the
+    # chapter's old check that no filter ends dead, a consequence of the rule).
+    digits = pn.load_digits_split()
+    x, y = digits.train_x[:64], digits.train_y[:64]
+    with pn.seeded(0):
+        net = experiment.FilterNet(2, bias_shift=0.0)
+    with torch.no_grad():
+        net.conv.weight[0] = -1.0
+        net.conv.bias[0] = -0.9  # a kept bias this low makes most fresh draws dead too
+    optimizer = torch.optim.SGD(net.parameters(), lr=0.1, momentum=0.9)
+    log = ro.RandomOut(net.conv, 1e-30, generator=gen(3))
+    log.attach(optimizer)
+    pn.train(net, optimizer, lambda _: F.cross_entropy(net(x), y), steps=40)
+    updates = [u for u, k in log.resets if k == 0]
+    assert len(updates) > 1
+    assert updates == list(range(len(updates)))  # reset at every update while dead
+    assert experiment.dead_filters(net, x).tolist() == [False, False]
 
 
 def test_train_lottery_rejects_bad_arguments():
     d = pn.load_digits_split()
+
+    def train(**kwargs):
+        arguments = dict(seeds=[0], rules={"ro": experiment.ByCGN(1e-8)}) | kwargs
+        return experiment.train_lottery(d.train_x, d.train_y, d.val_x, d.val_y, **arguments)
+
     with pytest.raises(ValueError, match="train_x must have shape"):
         experiment.train_lottery(
-            d.train_x.reshape(-1, 8, 8), d.train_y, d.val_x, d.val_y, seeds=[0], randomout=True
+            d.train_x.reshape(-1, 8, 8), d.train_y, d.val_x, d.val_y, seeds=[0], rules={}
         )
     with pytest.raises(ValueError, match="seeds must be one or more different integers"):
-        experiment.train_lottery(
-            d.train_x, d.train_y, d.val_x, d.val_y, seeds=[1, 1], randomout=True
-        )
-    with pytest.raises(TypeError, match="randomout must be True or False"):
-        experiment.train_lottery(d.train_x, d.train_y, d.val_x, d.val_y, seeds=[0], randomout=1)
+        train(seeds=[1, 1])
+    with pytest.raises(TypeError, match="rules must be a non-empty dict"):
+        train(rules={})
+    with pytest.raises(TypeError, match=r"rules\['x'\] must be NoResets, ByCGN"):
+        train(rules={"x": 0.1})
     with pytest.raises(ValueError, match="threshold must be a finite number"):
-        experiment.train_lottery(
-            d.train_x, d.train_y, d.val_x, d.val_y, seeds=[0], randomout=True, threshold=-1.0
-        )
-    with pytest.raises(ValueError, match="pass randomout=False"):
-        experiment.train_lottery(
-            d.train_x, d.train_y, d.val_x, d.val_y, seeds=[0], randomout=True, random_rate=0.1
-        )
-    with pytest.raises(ValueError, match="random_rate must be a finite number"):
-        experiment.train_lottery(
-            d.train_x, d.train_y, d.val_x, d.val_y, seeds=[0], randomout=False, random_rate=2.0
-        )
+        train(rules={"ro": experiment.ByCGN(-1.0)})
+    with pytest.raises(ValueError, match="rate must be a finite number"):
+        train(rules={"r": experiment.AtRandom(2.0)})
+    with pytest.raises(ValueError, match="until must be an integer"):
+        train(rules={"r": experiment.AtRandom(0.1, until=-1)})
+    with pytest.raises(ValueError, match="min_fraction must be a finite number"):
+        train(rules={"b": experiment.BeforeTraining(1.5)})
+    with pytest.raises(ValueError, match="bias_shift must be None when conv_bias is False"):
+        train(conv_bias=False)
 
 
 # -- the chapter's measurements -------------------------------------------------------------------
@@ -482,3 +652,40 @@ def test_epochs_to_reach_counts_from_one_and_charges_a_miss_the_budget_plus_one(
         experiment.epochs_to_reach(curve, 1.5)
     with pytest.raises(ValueError, match="accuracies"):
         experiment.epochs_to_reach([[0.5, 0.6]], 0.5)
+
+
+def test_paired_failures_count_the_seeds_that_fail_in_one_arm_only():
+    first = [0.9, 0.1, 0.95, 0.2, 0.5, 0.3]
+    second = [0.1, 0.1, 0.2, 0.9, 0.49, 0.9]
+    # fail in second only: seeds 0, 2, 4; in first only: seeds 3, 5; both: seed 1
+    assert experiment.paired_failures(first, second) == (3, 2)
+    # second fails on 4 seeds; McNemar's bound: 4 - 2 sqrt(3 + 2)
+    assert experiment.failure_bound(first, second) == pytest.approx(4 - 2 * math.sqrt(5))
+    assert experiment.failure_bound(first, second, k=1) == pytest.approx(4 - math.sqrt(5))
+    with pytest.raises(ValueError, match="second must have shape"):
+        experiment.paired_failures([0.1, 0.2], [0.3])
+
+
+def test_a_tie_within_one_paired_standard_error_goes_to_the_preferred_value():
+    scores = {
+        1e-30: [0.90, 0.80, 0.85, 0.95],
+        1e-2: [0.91, 0.81, 0.86, 0.97],  # better by 0.0125, paired SE 0.0025: not a tie
+        1e-1: [0.2, 0.3, 0.2, 0.1],
+    }
+    assert experiment.choose_with_ties(scores, 1e-30) == 1e-2
+    assert experiment.choose_with_ties(scores, 1e-30, k=10) == 1e-30
+    scores[1e-2] = [0.95, 0.75, 0.86, 0.95]  # better by 0.0025, paired SE 0.02: a tie
+    assert experiment.choose_with_ties(scores, 1e-30) == 1e-30
+    assert experiment.choose_with_ties(scores, 1e-2) == 1e-2
+    with pytest.raises(ValueError, match="prefer must be one of the grid's values"):
+        experiment.choose_with_ties(scores, 0.5)
+
+
+def test_a_runs_dead_filters_are_those_of_its_networks_one_by_one():
+    run = one_run([2, 3, 4], experiment.NoResets(), bias_shift=1.0)
+    d = pn.load_digits_split()
+    by_network = torch.stack(
+        [experiment.dead_filters(run.model.member(k), d.train_x) for k in range(3)]
+    )
+    assert torch.equal(run.dead_filters(d.train_x), by_network)
+    assert by_network.any()  # biases from U(-1, 0): some filters are dead

@@ -8,11 +8,12 @@ so every run sees the patch.
 
 `reset_writes_into_a_copy` is the indexing bug of `w[index].copy_(fresh)`, which PyTorch turns
 into a write to a temporary. A reset that keeps the filter's stale momentum is not among them:
-the chapter's claims are not built to tell it apart (a filter whose CGN is 0 has had little or
-no gradient for a while, so its momentum is small or already cleared by an earlier reset);
-tests/test_randomout.py catches it (`test_reset_clears_the_momentum_of_the_reset_filters_only`).
-Nor is a reset that sets the bias to 0 or a generator shared by the networks: the unit tests
-catch those (`test_randomout_changes_only_the_filters_under_the_threshold`,
+the chapter's claims are not built to tell it apart (a filter that has just died keeps the
+momentum that killed it, its fresh draw may die again at the next update, and RandomOut then
+draws again, so the accuracy after 30 epochs hardly moves); tests/test_randomout.py catches it
+(`test_reset_clears_the_momentum_of_the_reset_filters_only`). Nor is a reset that sets the bias
+to 0 (the lottery drawn in training has no bias) or a generator shared by the networks: the
+unit tests catch those (`test_randomout_changes_only_the_filters_under_the_threshold`,
 `test_each_members_resets_are_what_they_would_be_alone`).
 """
 
@@ -60,6 +61,16 @@ def resets_pick_the_highest_cgn():
     m.filters_to_reset = filters_to_reset
 
 
+def cgn_of_the_weights():
+    """The CGN sums the absolute *weights* of each filter instead of their gradient: a filter is
+    judged by its size, not by how much it can still change the loss."""
+
+    def conv_gradient_norm(conv):
+        return conv.weight.detach().abs().sum(dim=(1, 2, 3))
+
+    m.conv_gradient_norm = conv_gradient_norm
+
+
 def reset_writes_into_a_copy():
     """The fresh weights are drawn but written into `conv.weight[index]` with `copy_`, which with
     an index tensor is a copy: the filter keeps its old weights (its momentum is still cleared)."""
@@ -79,5 +90,6 @@ MUTANTS = [
     threshold_compared_the_wrong_way,
     cgn_read_after_zero_grad,
     resets_pick_the_highest_cgn,
+    cgn_of_the_weights,
     reset_writes_into_a_copy,
 ]
