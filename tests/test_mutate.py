@@ -306,3 +306,11 @@ def test_triage_rewrites_the_file_keeping_peoples_lines_and_adding_new_survivors
     mutate.triage("tiny", {"f/3": ("open", "unit test: pin x")}, folder=tmp_path)
     assert load_triage("tiny", tmp_path)["open"] == {"f/3": "unit test: pin x"}
     assert path.read_text().count("f/2:") == 1
+
+
+def test_a_second_run_of_the_same_paper_is_refused_while_one_goes_on(paper):
+    with mutate.one_run_at_a_time("tiny"):
+        with pytest.raises(SystemExit, match="another `make mutate` of this paper is running"):
+            mutate.mutate(paper / "chapters" / "tiny.ipynb", paper / "out", jobs=1)
+    with mutate.one_run_at_a_time("tiny"):  # free again
+        pass

@@ -40,12 +40,14 @@ from __future__ import annotations
 import argparse
 import contextlib
 import difflib
+import fcntl
 import hashlib
 import json
 import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections import Counter
@@ -389,8 +391,34 @@ def changed_lines_of_diff(diff: str) -> list[str]:
     ]
 
 
+@contextlib.contextmanager
+def one_run_at_a_time(slug: str):
+    """Refuse a second run of the same paper while one goes on: both would work in (and wipe)
+    the same copy, _build/mutate/<slug>/."""
+    WORK.mkdir(parents=True, exist_ok=True)
+    with open(WORK / f"{slug}.lock", "a+") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            lock.seek(0)
+            raise SystemExit(
+                f"{slug}: another `make mutate` of this paper is running ({lock.read().strip()}); "
+                "wait for it, or run another chapter"
+            ) from None
+        lock.seek(0)
+        lock.truncate()
+        lock.write(f"pid {os.getpid()}, since {time.strftime('%H:%M')}")
+        lock.flush()
+        yield
+
+
 def mutate(path: Path, out: Path, jobs: int, only: list[str] | None = None) -> dict:
     """Mutate one chapter's paper, run its unit tests against each mutant; returns its record."""
+    with one_run_at_a_time(path.stem):
+        return _mutate(path, out, jobs, only)
+
+
+def _mutate(path: Path, out: Path, jobs: int, only: list[str] | None) -> dict:
     slug = path.stem
     started = time.perf_counter()
     work = workspace(slug)
@@ -472,7 +500,15 @@ def report(record: dict, triage: dict) -> None:
 
 def show(slug: str, ids: list[str]) -> None:
     """Print each mutant's diff with its function's context, and its last recorded outcome."""
-    work = workspace(slug, WORK / "show")
+    (WORK / "show").mkdir(parents=True, exist_ok=True)
+    under = Path(tempfile.mkdtemp(dir=WORK / "show"))  # its own: shows may run side by side
+    try:
+        _show(slug, ids, workspace(slug, under))
+    finally:
+        shutil.rmtree(under, ignore_errors=True)
+
+
+def _show(slug: str, ids: list[str], work: Path) -> None:
     mutants = {m.id: m for m in mutants_of(slug, work)}
     found = mutation_records.outcomes(mutation_records.load(slug))
     triage = mutation_records.load_triage(slug)
