@@ -88,3 +88,23 @@ def test_a_table_it_cannot_read_is_refused_before_anything_is_measured(
     monkeypatch.setattr(benchmark, "JSON", tmp_path / "benchmark.json")
     assert benchmark.main(["--report", str(book.ROOT / "chapters" / "jsma.ipynb")]) == 0
     assert "jsma" in capsys.readouterr().out and old.read_text() == before
+
+
+def test_rewriting_the_timings_keeps_make_mutates_section(tmp_path, monkeypatch):
+    """`make mutate` writes its scores between markers in BENCHMARK.md (a table with a row a
+    chapter too): `make bench` reads its own rows back without them and keeps them as they are."""
+    import mutation_records
+
+    monkeypatch.setattr(benchmark, "TABLE", tmp_path / "BENCHMARK.md")
+    chapters = {"jsma": {"seconds": 14.0, "units": 1.4, "peak_mib": 5}}
+    benchmark.write_table(report(chapters))
+    start, end = mutation_records.SECTION
+    section = f"{start}\n| chapter | mutants | killed |\n|---|---|---|\n| jsma | 120 | 100 |\n{end}"
+    benchmark.TABLE.write_text(benchmark.TABLE.read_text() + "\n" + section + "\n")
+    assert benchmark.previous_rows() == chapters
+    benchmark.write_table(
+        report({**chapters, "bert": {"seconds": 9.0, "units": 0.9, "peak_mib": 7}})
+    )
+    text = benchmark.TABLE.read_text()
+    assert text.count(section) == 1 and text.rstrip().endswith(end)
+    assert set(benchmark.previous_rows()) == {"jsma", "bert"}

@@ -50,6 +50,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import book
 import kernels
+import mutation_records
 import sweep_records
 
 # The benchmark machine's calibration (2 cores, tools/calibration.ipynb cold, alone): the budgets'
@@ -142,6 +143,24 @@ def write_table(report: dict) -> None:
             f"{'within' if b['again_s'] <= REBUILD_BUDGET_S else 'OVER'} {REBUILD_BUDGET_S} s | |\n"
         )
     TABLE.write_text(
+        timing_text(report, rows, book_rows) + mutation_section(),
+    )
+
+
+def mutation_section() -> str:
+    """BENCHMARK.md's mutation scores, which `make mutate` writes between its markers
+    (tools/mutation_records.py): kept as they are when the timings are rewritten."""
+    if not TABLE.exists():
+        return ""
+    start, end = mutation_records.SECTION
+    text = TABLE.read_text()
+    if start not in text or end not in text:
+        return ""
+    return "\n" + text[text.index(start) : text.index(end) + len(end)] + "\n"
+
+
+def timing_text(report: dict, rows: list[str], book_rows: str) -> str:
+    return (
         "# Benchmark\n\n"
         "Each chapter executed cold (a fresh kernel: start, imports, every cell) by `make bench`\n"
         "(tools/benchmark.py), beside a calibration run of the same kind\n"
@@ -210,7 +229,7 @@ def previous_rows() -> dict:
     write a table that has lost every other row."""
     if not TABLE.exists():
         return {}
-    text = TABLE.read_text()
+    text = timings_part(TABLE.read_text())
     headers = [line for line in text.splitlines() if line.startswith("| chapter |")]
     if headers != [HEADER]:
         found = headers[0] if headers else "no '| chapter |' table"
@@ -235,10 +254,16 @@ def previous_rows() -> dict:
     return found
 
 
+def timings_part(text: str) -> str:
+    """BENCHMARK.md less `make mutate`'s section, whose table has rows a chapter too."""
+    start = mutation_records.SECTION[0]
+    return text[: text.index(start)] if start in text else text
+
+
 def _previous_book() -> dict | None:
     if not TABLE.exists():
         return None
-    text = TABLE.read_text()
+    text = timings_part(TABLE.read_text())
     cold = re.search(
         r"make book`, cold\*\* \(two chapters at a time\) \| \*\*([\d.]+)\*\* \| \*\*([\d.]+)", text
     )
