@@ -471,6 +471,18 @@ def test_one_standard_error_is_agresti_and_coulls():
     assert 0.81 - 0.786 < 3 * experiment.one_standard_error(0.81, 500)
 
 
+def test_an_arm_at_chance_ties_everywhere_and_takes_the_middle():
+    val = torch.tensor([0] * 170 + [1] * 165 + [2] * 165)  # most common: 0, 34% of 500
+    train = torch.tensor([0, 0, 1])
+    at_chance = {1e-4: 0.37, 1e-3: 0.31, 1e-2: 0.33, 1e-1: 0.34}  # 3 points: under 2 SE above 34%
+    assert experiment.tolerance_of(at_chance, val, train) == math.inf
+    assert experiment.choose(at_chance, math.inf) == 1e-3
+    useful = {1e-4: 0.70, 1e-3: 0.74, 1e-2: 0.81, 1e-1: 0.34}
+    tolerance = experiment.tolerance_of(useful, val, train)
+    assert tolerance == experiment.one_standard_error(0.81, 500)
+    assert experiment.choose(useful, tolerance) == 1e-2
+
+
 def problem(n=600, seed=19, width=5):
     x = torch.randn(n, width, generator=gen(seed))
     y = (x[:, 0] * x[:, 1] > 0).long()  # an XOR of two signs: no linear head solves it
@@ -485,9 +497,9 @@ def test_tune_probes_chooses_on_validation_and_answers_the_test_items():
         {"xor": features}, labels, grid, seed=0, classes=2, hidden=32, steps=200
     )["xor"]
     assert tuned.steps == [100, 200] and set(tuned.val_accuracy) == set(grid)
-    best = max(tuned.val_accuracy.values())
-    se = experiment.one_standard_error(best, 200)
-    assert tuned.chosen == experiment.choose(tuned.val_accuracy, se)
+    tolerance = experiment.tolerance_of(tuned.val_accuracy, labels["validation"], labels["train"])
+    assert tolerance == experiment.one_standard_error(max(tuned.val_accuracy.values()), 200)
+    assert tuned.chosen == experiment.choose(tuned.val_accuracy, tolerance)
     assert all(len(c) == 2 for c in (*tuned.val_curve.values(), *tuned.loss_curve.values()))
     assert tuned.test_accuracy > 0.85  # the MLP head learns the XOR
     linear = experiment.tune_probes(

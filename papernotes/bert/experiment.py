@@ -520,6 +520,19 @@ def one_standard_error(accuracy: float, n: int) -> float:
     return math.sqrt(p * (1 - p) / (n + 4))
 
 
+def tolerance_of(scores: dict, val_labels: torch.Tensor, train_labels: torch.Tensor) -> float:
+    """How far below the best validation accuracy of `scores` a grid value still ties with it:
+    one standard error (`one_standard_error`) on the validation items; or every value, when the
+    best does not beat answering the training labels' most common value by two standard errors
+    (an arm at chance has nothing to choose its weight decay by, and goes to the grid's middle;
+    the best of a few noisy scores beats the constant answer by one standard error often)."""
+    best = max(scores.values())
+    error = one_standard_error(best, len(val_labels))
+    if best - majority_accuracy(train_labels, val_labels) <= 2 * error:
+        return math.inf
+    return error
+
+
 def tune_probes(
     features: dict,
     labels: dict,
@@ -542,7 +555,7 @@ def tune_probes(
     training items (None: all) by full-batch Adam on cross-entropy, its weight decay an L2
     penalty, on features standardised with the mean and deviation of the arm's training
     features (unlabelled: all N of them). Each is scored on the validation items; per arm the
-    best (`choose`, accuracies within one standard error of the best counting as a tie) answers
+    best (`tolerance_of`, `choose`: accuracies within one standard error of the best tie) answers
     the test items. Returns {arm: Tuned}."""
     grid = [checks.number("weight_decay", wd, 0.0) for wd in weight_decays]
     checks.integer("hidden", hidden, 0)
@@ -615,9 +628,7 @@ def _probes_of_one_width(features, labels, grid, width, classes, hidden, n, seed
         mine = range(a * len(grid), (a + 1) * len(grid))
         val = {wd: histories[k]["val"] for wd, k in zip(grid, mine, strict=True)}
         final = {wd: curve[-1] for wd, curve in val.items()}
-        best = max(final.values())
-        # accuracies within one standard error of the best on the validation items are a tie
-        chosen = choose(final, one_standard_error(best, len(labels["validation"])))
+        chosen = choose(final, tolerance_of(final, labels["validation"], y))
         tuned[arm] = Tuned(
             list(histories[0].steps),
             val,
