@@ -8,6 +8,7 @@ import torch
 from conftest import gen, randn
 from papernotes import continuous_adaptation as ca
 from papernotes.continuous_adaptation import experiment
+from papernotes.training import History, generator, seeded
 
 
 def chains64(n=3, episodes=4, goals=5, seed=0):
@@ -402,6 +403,10 @@ def test_tracking_restarted_and_refit_runs():
     policy, chains = experiment.Policy(), experiment.task_chains(6, goals=32, generator=gen(35))
     restarted = experiment.run_chains(policy, chains, adaptation="restarted", tracking_lr=0.2)
     start_W, start_b = policy.W.detach(), policy.b.detach()
+    refit = experiment.run_chains(policy, chains, adaptation="refit")
+    for run in (restarted, refit):  # episode 1 runs the policy itself: nothing seen yet
+        torch.testing.assert_close(run.weights[:, 0], start_W.expand(6, -1, -1))
+        torch.testing.assert_close(run.biases[:, 0], start_b.expand(6, -1))
     for i in range(1, 7):  # always from the policy's own parameters
         W, b = experiment._gradient_steps(
             start_W.expand(6, -1, -1),
@@ -438,9 +443,155 @@ def test_extrapolation_follows_the_trend_or_overshoots_from_the_start():
         torch.testing.assert_close(trend.losses[:, i], loss)
     ahead = experiment.extrapolated(run, chains, 0.5, since="start")
     torch.testing.assert_close(ahead.weights[:, 0], W[:, 0])
+    torch.testing.assert_close(ahead.biases[:, 0], b[:, 0])
     for i in range(1, e):  # P_i + beta (P_i - P_1), P_1 the start it runs in episode 1
         torch.testing.assert_close(ahead.weights[:, i], W[:, i] + 0.5 * (W[:, i] - W[:, 0]))
+        torch.testing.assert_close(ahead.biases[:, i], b[:, i] + 0.5 * (b[:, i] - b[:, 0]))
     with pytest.raises(ValueError, match="since"):
         experiment.extrapolated(run, chains, 1.0, since="first")
     with pytest.raises(ValueError, match="biases"):
         experiment.extrapolated(experiment.Episodes(run.losses, W), chains, 1.0)
+
+
+# -- pinned against loops written out: training, measurements ------------------------------------
+
+
+def plain_meta_training(
+    *, lrs, iterations, chains, goals, drift, per_coordinate, step_size=0.3, clip=10.0
+):
+    """Algorithm 1 written out for each rate on its own: torch's Adam, the linear decay, the
+    gradient norm clipped, the chains of the run's stream 1; the learners it ends with."""
+    learners = []
+    for lr in lrs:
+        with seeded(0):
+            learner = ca.MetaLearner(3, step_size, per_coordinate=per_coordinate)
+        parameters = [learner.W, learner.b, learner.alpha]
+        optimizer = torch.optim.Adam(parameters, lr=lr)
+        batches = generator(0, 1)
+        for i in range(iterations):
+            for group in optimizer.param_groups:
+                group["lr"] = lr * (1 - i / iterations)
+            batch = experiment.task_chains(chains, drift=drift, goals=goals, generator=batches)
+            loss = ca.meta_loss(learner, batch)
+            optimizer.zero_grad()
+            loss.backward()
+            if clip is not None:
+                torch.nn.utils.clip_grad_norm_(parameters, clip)
+            optimizer.step()
+        learners.append(learner)
+    return learners
+
+
+def test_meta_training_together_is_algorithm_1_written_out_for_each_rate():
+    options = {"iterations": 12, "goals": 6, "drift": 0.5}
+    # at step size 0.6 the first meta-gradients' norms are in the hundreds: the clip at 10 acts
+    for per_coordinate, step_size in ((True, 0.3), (False, 0.6)):
+        runs = experiment.meta_train_together(
+            seed=0,
+            lrs=(0.02, 0.2),
+            chains_per_update=3,
+            per_coordinate=per_coordinate,
+            step_size=step_size,
+            **options,
+        )
+        plain = plain_meta_training(
+            lrs=(0.02, 0.2), chains=3, per_coordinate=per_coordinate, step_size=step_size, **options
+        )
+        for run, learner in zip(runs, plain, strict=True):
+            assert run.model.alpha.shape == learner.alpha.shape
+            for name in ("W", "b", "alpha"):
+                torch.testing.assert_close(
+                    getattr(run.model, name), getattr(learner, name), rtol=1e-5, atol=1e-6
+                )
+    unclipped = plain_meta_training(
+        lrs=(0.2,), chains=3, per_coordinate=False, step_size=0.6, clip=None, **options
+    )[0]
+    assert not torch.allclose(unclipped.W, plain[1].W, rtol=1e-3, atol=1e-4)
+
+
+def test_meta_training_defaults_are_the_chapters():
+    runs = experiment.meta_train_together(
+        seed=0, lrs=(0.1,), iterations=100, goals=2, chains_per_update=2, learn_step_sizes=False
+    )
+    model = runs[0].model
+    # three inner steps, a step size per coordinate of theta, starting at 0.3; logged every 50
+    assert model.alpha.shape == (3, ca.ACTUATORS, ca.ACTUATORS + 1)
+    assert torch.equal(model.alpha, torch.full_like(model.alpha, 0.3))
+    assert runs[0].history.steps == [50, 100]
+
+
+def test_the_maml_baseline_never_calls_the_mechanism(monkeypatch):
+    def broken(*args, **kwargs):
+        raise AssertionError("the MAML-style baseline reached the mechanism")
+
+    for name in ("adapt", "meta_loss", "meta_parameters", "next_task_targets"):
+        monkeypatch.setattr(ca, name, broken)
+    run = experiment.same_task_meta_train(seed=0, iterations=3, goals=4, chains_per_update=2)
+    runs = experiment.meta_train_together(
+        seed=0, lrs=(0.1, 0.2), iterations=3, goals=4, next_task=False, own_copy=True
+    )
+    chains = experiment.task_chains(2, goals=4, generator=gen(40))
+    for model in (run.model, *(r.model for r in runs)):
+        experiment.run_chains(model, chains, adaptation="maml")
+
+
+def test_no_adaptation_is_adam_on_every_episode_written_out():
+    run = experiment.train_no_adaptation(
+        seed=0, drift=0.5, goals=6, iterations=15, chains_per_update=3
+    )
+    assert isinstance(run.history, History) and run.history.steps == [15]
+    with seeded(0):
+        policy = experiment.Policy()
+    optimizer = torch.optim.Adam(policy.parameters(), lr=0.01)
+    batches = generator(0, 1)
+    for i in range(15):
+        for group in optimizer.param_groups:
+            group["lr"] = 0.01 * (1 - i / 15)
+        chains = experiment.task_chains(3, drift=0.5, goals=6, generator=batches)
+        # every episode of every chain, the one policy: the mean of the 21 episodes' losses
+        losses = [
+            ca.task_loss(
+                policy.W[None],
+                policy.b[None],
+                chains.goals[c, i_][None],
+                chains.scales[c, i_][None],
+            )
+            for c in range(3)
+            for i_ in range(7)
+        ]
+        loss = torch.cat(losses).mean()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    torch.testing.assert_close(run.model.W, policy.W, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(run.model.b, policy.b, rtol=1e-5, atol=1e-6)
+
+
+def test_adapted_fit_scores_phi_i_under_t_i_and_t_i_plus_1_by_hand():
+    learner, chains = learner64(), chains64(n=2, episodes=4, goals=5)
+    same, following = experiment.adapted_fit_per_chain(learner, chains)
+    for c in range(2):
+        on_same, on_next = [], []
+        for i in range(3):  # phi_i adapted on episode i, scored on episode i + 1's goals
+            W, b = ca.adapt(learner, chains.goals[c, i][None], chains.scales[c, i][None])
+            goals = chains.goals[c, i + 1][None]
+            on_same.append(ca.task_loss(W, b, goals, chains.scales[c, i][None]).item())
+            on_next.append(ca.task_loss(W, b, goals, chains.scales[c, i + 1][None]).item())
+        assert same[c].item() == pytest.approx(sum(on_same) / 3, rel=1e-9)
+        assert following[c].item() == pytest.approx(sum(on_next) / 3, rel=1e-9)
+    means = experiment.adapted_fit(learner, chains)
+    assert means == pytest.approx((same.mean().item(), following.mean().item()), rel=1e-9)
+    with pytest.raises(TypeError, match="learner"):
+        experiment.adapted_fit_per_chain(experiment.Policy(), chains)
+
+
+def test_crippled_gain_reads_the_weakening_actuators_own_gain():
+    chains = experiment.task_chains(5, episodes=3, goals=2, generator=gen(41))
+    weights = randn(5, 3, 4, 4, seed=42).float()
+    episodes = experiment.Episodes(torch.zeros(5, 3), weights)
+    gains = experiment.crippled_gain(episodes, chains)
+    assert gains.shape == (5, 3)
+    for c in range(5):
+        j = int(chains.scales[c, -1].argmin())
+        assert chains.scales[c, -1, j] < 1  # the actuator that weakens
+        torch.testing.assert_close(gains[c], weights[c, :, j, j])
