@@ -607,13 +607,6 @@ def trained_alone(digits, setting, *, use_bn, seed, steps):
     """The reference: one MNISTNet, torch's SGD and the book's loop, no side-by-side code."""
     with pn.seeded(seed):
         model = experiment.MNISTNet(batch_norm=use_bn, init_std=setting.init_std)
-    if setting.draw:  # draw d: the d-th set of Gaussian draws of the seed, one after another
-        shapes = [(100, 64), (100, 100), (100, 100), (10, 100)]
-        with pn.seeded(seed):
-            draws = [[torch.randn(shape) for shape in shapes] for _ in range(setting.draw + 1)]
-        with torch.no_grad():
-            for layer, w in zip([*model.linears, model.readout], draws[-1], strict=True):
-                layer.weight.copy_(w * setting.init_std)
     affine = setting.lr if setting.affine_lr is None else setting.affine_lr
     readout = setting.lr if setting.readout_lr is None else setting.readout_lr
     groups = [
@@ -639,7 +632,7 @@ def test_networks_side_by_side_make_the_updates_each_makes_alone(digits):
         experiment.Setting(1.0),
         experiment.Setting(3.0, init_std=0.5),
         experiment.Setting(10.0, affine_lr=0.5, readout_lr=0.5),
-        experiment.Setting(3.0, readout_lr=0.5, draw=1, clip=0.5),
+        experiment.Setting(3.0, readout_lr=0.5, clip=0.5),
     ]
     for use_bn in (True, False):
         # 12 updates: float rounding differs between a batched product and nn.Linear, and
@@ -871,7 +864,6 @@ def test_train_mnist_nets_rejects_bad_kinds_and_settings(digits):
     for bad, name in [
         (experiment.Setting(1.0, clip=0.0), "clip"),
         (experiment.Setting(1.0, readout_lr=-1.0), "readout_lr"),
-        (experiment.Setting(1.0, draw=-1), "draw"),
     ]:
         with pytest.raises(ValueError, match=name):
             experiment.train_mnist_nets(digits, [bad], batch_norm=False, seed=0)

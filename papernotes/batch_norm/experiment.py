@@ -133,8 +133,7 @@ class Setting:
       without BN, of the hidden biases);
     - `affine_lr`: the rate of gamma and beta (weight normalisation's g and b), and
       `readout_lr` the read-out layer's (None: `lr`): what BN's scale invariance does not cover;
-    - `init_std`: the standard deviation of the initial weights; `draw`: which Gaussian draw of
-      the seed they are (0, 1, ...: other starts of the same seed, the same batches);
+    - `init_std`: the standard deviation of the initial weights;
     - `standardised`: (a network without BN) whose start is standardised once on the training
       images (`standardise_start`);
     - `clip`: the norm each update's gradient is clipped to (None: no clipping)."""
@@ -145,7 +144,6 @@ class Setting:
     standardised: bool = False
     readout_lr: float | None = None
     clip: float | None = None
-    draw: int = 0
 
 
 # The rate each parameter steps at: the member's `lr`, `affine_lr` or `readout_lr`.
@@ -154,7 +152,7 @@ LR, AFFINE, READOUT = "lr", "affine_lr", "readout_lr"
 
 class MNISTNets(nn.Module):
     """`len(settings)` sigmoid MNISTNets trained side by side as one module: member k has its
-    own weights (the seed's Gaussian draw number `draw` times its `init_std`), and every member
+    own weights (the seed's Gaussian draw times its `init_std`), and every member
     sees the same mini-batches. The linear layers are one batched matrix product (weights
     (members, out, in)); each BN layer is one `batch_norm.BatchNorm` over members x hidden
     features, each feature normalised over the batch on its own, so no member's output,
@@ -171,17 +169,10 @@ class MNISTNets(nn.Module):
         k = len(self.settings)
         widths = [n_inputs] + [self.hidden] * n_layers + [self.n_classes]
         shapes = list(zip(widths[1:], widths[:-1], strict=True))
-        # MNISTNet's draws, in its order (draw 0 first, then the others): member k starts from
-        # its draw times its own scale.
-        draws = [
-            [torch.randn(shape) for shape in shapes]
-            for _ in range(1 + max(s.draw for s in self.settings))
-        ]
+        # MNISTNet's draws, in its order: member k starts from them times its own scale.
+        draws = [torch.randn(shape) for shape in shapes]
         scale = torch.tensor([s.init_std for s in self.settings]).view(k, 1, 1)
-        self.weights = nn.ParameterList(
-            nn.Parameter(torch.stack([draws[s.draw][i] for s in self.settings]) * scale)
-            for i in range(len(shapes))
-        )
+        self.weights = nn.ParameterList(nn.Parameter(w * scale) for w in draws)
         biased = [not batch_norm] * n_layers + [True]  # beta replaces a hidden layer's bias
         self.biases = nn.ParameterList(
             nn.Parameter(torch.zeros(k, out))
@@ -409,7 +400,7 @@ def train_mnist_nets(
     the book's loop: one Run per setting.
 
     The initial weights and the order of the batches follow `seed`, so networks of one seed
-    with and without BN, and at every setting, start from the same draw (the setting's `draw`)
+    with and without BN, and at every setting, start from the same draw
     and see the same batches. A network whose loss stops being finite stops updating (its
     history's `diverged`) and is scored as it stands; the others carry on.
 
@@ -430,7 +421,6 @@ def train_mnist_nets(
                 checks.number(name, getattr(s, name), low=0.0, low_open=True)
         checks.number("init_std", s.init_std, low=0.0, low_open=True)
         checks.boolean("standardised", s.standardised)
-        checks.integer("draw", s.draw, 0)
     checks.boolean("batch_norm", batch_norm)
     checks.boolean("weight_norm", weight_norm)
     if batch_norm and weight_norm:
