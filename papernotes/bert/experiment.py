@@ -520,15 +520,17 @@ def one_standard_error(accuracy: float, n: int) -> float:
     return math.sqrt(p * (1 - p) / (n + 4))
 
 
-def tolerance_of(scores: dict, val_labels: torch.Tensor, train_labels: torch.Tensor) -> float:
+def tolerance_of(scores: dict, val_labels: torch.Tensor) -> float:
     """How far below the best validation accuracy of `scores` a grid value still ties with it:
     one standard error (`one_standard_error`) on the validation items; or every value, when the
-    best does not beat answering the training labels' most common value by two standard errors
-    (an arm at chance has nothing to choose its weight decay by, and goes to the grid's middle;
-    the best of a few noisy scores beats the constant answer by one standard error often)."""
+    best does not beat the best constant answer on those items (the most common of their
+    labels) by two standard errors: an arm at chance has nothing to choose its weight decay by,
+    and goes to the grid's middle (the best of a few noisy scores lands on an edge of the grid
+    as often as not, and beats a constant answer by one standard error often)."""
     best = max(scores.values())
     error = one_standard_error(best, len(val_labels))
-    if best - majority_accuracy(train_labels, val_labels) <= 2 * error:
+    constant = torch.bincount(val_labels).max().item() / len(val_labels)
+    if best - constant <= 2 * error:
         return math.inf
     return error
 
@@ -628,7 +630,7 @@ def _probes_of_one_width(features, labels, grid, width, classes, hidden, n, seed
         mine = range(a * len(grid), (a + 1) * len(grid))
         val = {wd: histories[k]["val"] for wd, k in zip(grid, mine, strict=True)}
         final = {wd: curve[-1] for wd, curve in val.items()}
-        chosen = choose(final, tolerance_of(final, labels["validation"], y))
+        chosen = choose(final, tolerance_of(final, labels["validation"]))
         tuned[arm] = Tuned(
             list(histories[0].steps),
             val,
