@@ -481,7 +481,10 @@ def test_training_is_reproducible_and_lowers_the_loss():
 def test_another_seed_gives_another_run():
     validation = experiment.retrieval_batch(100, 2, gen(27))
     train = experiment.retrieval_batch(500, 2, gen(28))
-    a, b = (experiment.train_retrieval(train, validation, seed=s, steps=5) for s in (0, 1))
+    a, b = (
+        experiment.train_retrieval(train, validation, seed=s, steps=5, batch_size=64)
+        for s in (0, 1)
+    )
     assert a.history["loss"] != b.history["loss"]
 
 
@@ -766,6 +769,9 @@ def test_tune_together_rejects_bad_arguments():
         experiment.tune_together(train, validation, arms={"a": SMALL}, rung=4, steps=4, **common)
     with pytest.raises(TypeError, match="arms must map"):
         experiment.tune_together(train, validation, arms={}, rung=2, steps=4, **common)
+    with pytest.raises(ValueError, match="must differ only in tensors"):
+        decays = {"a": SMALL, "b": {**SMALL, "decay": 0.5}}  # a stack would run both at 0.95
+        experiment.tune_together(train, validation, arms=decays, rung=2, steps=4, **common)
     with pytest.raises(ValueError, match="must share a core class"):
         both = {"a": SMALL, "b": {**SMALL, "core": "LSTM"}}
         experiment.tune_together(train, validation, arms=both, rung=2, steps=4, **common)

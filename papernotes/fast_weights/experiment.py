@@ -396,7 +396,7 @@ class RetrievalTraining:
         validation: tuple[torch.Tensor, torch.Tensor],
         *,
         seed: int,
-        batch_size: int = 256,
+        batch_size: int = 512,
         lr: float = 1e-2,
         clip: float = 5.0,
         eval_every: int = 100,
@@ -499,7 +499,7 @@ def tune_together(
     rung: int,
     steps: int,
     keep: int = 2,
-    batch_size: int = 256,
+    batch_size: int = 512,
     eval_every: int = 50,
     clip: float = 5.0,
 ) -> dict[str, Grid]:
@@ -532,6 +532,11 @@ def tune_together(
     for name, _ in pairs:
         with training.seeded(seed):
             members.append(RetrievalNet(**arms[name]))
+    # a stack runs the first member's code on every member's tensors: settings kept as plain
+    # attributes (the fast weights' decay, say) must be the same for all, or they would be lost
+    plain = {name: _plain_settings(members[m].core) for m, (name, _) in enumerate(pairs)}
+    if len({repr(sorted(v.items())) for v in plain.values()}) > 1:
+        raise ValueError(f"networks trained together must differ only in tensors; got {plain}")
     batches = minibatches(len(train[1]), batch_size, training.generator(seed, BATCHES))
     group = _Group(members, list(range(len(pairs))), [lrs[i] for _, i in pairs], batches)
     histories = [training.History() for _ in pairs]
@@ -559,6 +564,15 @@ def _core_class(settings: dict) -> str:
     """The name of the class of the core that RetrievalNet settings choose."""
     core = checks.one_of("core", settings.get("core", "fast weights"), tuple(CORES))
     return CORES[core][0].__name__
+
+
+def _plain_settings(core: nn.Module) -> dict:
+    """A core's settings that are plain attributes, not tensors (decay, fast_lr, inner_steps...)."""
+    return {
+        name: value
+        for name, value in vars(core).items()
+        if not name.startswith("_") and not isinstance(value, torch.Tensor | nn.Module)
+    }
 
 
 class _Group:
