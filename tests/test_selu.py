@@ -526,6 +526,49 @@ def test_a_diverged_member_leaves_the_others_training(arm):
     assert scores[0.1] == pytest.approx(run.val_accuracy()[0])
 
 
+def test_tuned_arm_extends_the_grid_past_an_edge_until_it_brackets_the_best_rate():
+    x = randn(200, 8, seed=2).float()
+    y = (x[:, 0] > 0).long()
+    common = dict(arm="snn", seed=0, depth=3, width=8, steps=30, eval_every=30)
+    run = experiment.tuned_arm(x, y, x, y, learning_rates=(1e-3, 4e-3), extensions=4, **common)
+    rates = run.learning_rates
+    assert {1e-3, 4e-3} <= set(rates) and len(rates) > 2  # 30 updates: both rates too small
+    steps = [b / a for a, b in zip(rates[:-1], rates[1:], strict=True)]
+    assert steps == pytest.approx([4.0] * len(steps))
+    scores = run.validation_scores()
+    best = max(rates, key=lambda rate: (scores[rate], -rate))
+    assert rates[0] < best < rates[-1] or run.diverged()[-1]
+    # each extension is the run its rate would be alone
+    k = len(rates) - 1
+    alone = experiment.train_arm(x, y, x, y, learning_rates=(rates[k],), **common)
+    for ours, theirs in zip(
+        run.member(k).state_dict().values(), alone.member(0).state_dict().values(), strict=True
+    ):
+        assert torch.equal(ours, theirs)
+    # a best rate inside the grid ends the search; a diverged top rate is never passed
+    inside = experiment.tuned_arm(x, y, x, y, learning_rates=(0.001, 0.1, 1e6), **common)
+    assert inside.learning_rates == (0.001, 0.1, 1e6) and inside.diverged()[-1]
+    # the lowest rate best: the grid grows downwards
+    low = experiment.tuned_arm(x, y, x, y, learning_rates=(0.1, 1e6), extensions=1, **common)
+    assert low.learning_rates == pytest.approx((0.025, 0.1, 1e6))
+
+
+def test_extended_merges_runs_of_one_arm_in_ascending_rates():
+    x = randn(100, 8, seed=2).float()
+    y = (x[:, 0] > 0).long()
+    common = dict(seed=0, depth=2, width=8, steps=10, eval_every=10)
+    a = experiment.train_arm(x, y, x, y, arm="snn", learning_rates=(0.1, 0.01), **common)
+    b = experiment.train_arm(x, y, x, y, arm="snn", learning_rates=(0.05,), **common)
+    both = a.extended(b)
+    assert both.learning_rates == (0.01, 0.05, 0.1)
+    assert both.val_accuracy() == [a.val_accuracy()[0], b.val_accuracy()[0], a.val_accuracy()[1]]
+    with pytest.raises(ValueError, match="same arm at other learning rates"):
+        a.extended(a)
+    other = experiment.train_arm(x, y, x, y, arm="relu_he", learning_rates=(0.05,), **common)
+    with pytest.raises(ValueError, match="same arm"):
+        a.extended(other)
+
+
 def test_train_arm_rejects_mismatched_labels_and_no_rates():
     x = torch.zeros(10, 4)
     with pytest.raises(ValueError, match="train_y must have shape"):

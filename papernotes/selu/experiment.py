@@ -723,18 +723,21 @@ def train_members(
 
 @dataclass
 class ArmRun:
-    """One arm trained at every learning rate of a grid, side by side (`together`): the stack
-    (member k at `learning_rates[k]`) and each member's History ("val_accuracy"; `diverged`
-    once its loss stopped being finite)."""
+    """One arm trained at every learning rate of a grid, side by side (`together`): the
+    stacked networks (`stacks[j]`, member `slots[k]` of it trained at `learning_rates[k]`) and
+    each rate's History ("val_accuracy"; `diverged` once its loss stopped being finite). The
+    rates ascend; `extended` adds the rates of another run of the same arm."""
 
     arm: str
     learning_rates: tuple[float, ...]
-    stack: nn.Module
+    stacks: list[nn.Module]
+    slots: list[tuple[int, int]]
     histories: list[training.History]
 
     def member(self, k: int) -> nn.Module:
         """The network trained at `learning_rates[k]`, as a plain module in eval mode."""
-        return self.stack.member(k)
+        stack, index = self.slots[k]
+        return self.stacks[stack].member(index)
 
     def diverged(self) -> list[bool]:
         return [h.diverged for h in self.histories]
@@ -750,6 +753,24 @@ class ArmRun:
             rate: 0.0 if h.diverged else h.final("val_accuracy")
             for rate, h in zip(self.learning_rates, self.histories, strict=True)
         }
+
+    def extended(self, other: ArmRun) -> ArmRun:
+        """This run and `other`, a run of the same arm at other rates, as one, rates ascending."""
+        if other.arm != self.arm or set(other.learning_rates) & set(self.learning_rates):
+            raise ValueError("extended takes a run of the same arm at other learning rates")
+        shift = len(self.stacks)
+        entries = sorted(
+            [*zip(self.learning_rates, self.slots, self.histories, strict=True)]
+            + [
+                (rate, (j + shift, k), h)
+                for rate, (j, k), h in zip(
+                    other.learning_rates, other.slots, other.histories, strict=True
+                )
+            ],
+            key=lambda entry: entry[0],
+        )
+        rates, slots, histories = (list(column) for column in zip(*entries, strict=True))
+        return ArmRun(self.arm, tuple(rates), [*self.stacks, *other.stacks], slots, histories)
 
 
 def _rates(learning_rates) -> tuple[float, ...]:
@@ -806,7 +827,51 @@ def train_arm(
         eval_every=eval_every,
         desc=ARM_NAMES[arm],
     )
-    return ArmRun(arm, rates, stack, histories)
+    order = sorted(range(len(rates)), key=rates.__getitem__)
+    return ArmRun(
+        arm,
+        tuple(rates[k] for k in order),
+        [stack],
+        [(0, k) for k in order],
+        [histories[k] for k in order],
+    )
+
+
+def tuned_arm(
+    train_x: torch.Tensor,
+    train_y: torch.Tensor,
+    val_x: torch.Tensor,
+    val_y: torch.Tensor,
+    *,
+    arm: str,
+    learning_rates,
+    seed: int,
+    factor: float = 4.0,
+    extensions: int = 3,
+    **settings,
+) -> ArmRun:
+    """`train_arm` on the common grid `learning_rates`, extended for this arm one rate at a time
+    (`factor` beyond its lowest or highest rate, at most `extensions` times) while its best
+    validation accuracy sits at the grid's edge: every arm's grid then brackets its best rate.
+    A rate beyond one at which the loss stopped being finite is never tried (a larger step only
+    diverges sooner), so a diverged top rate ends the search upwards."""
+    factor = checks.number("factor", factor, 1.0, low_open=True)
+    extensions = checks.integer("extensions", extensions, 0)
+    data = (train_x, train_y, val_x, val_y)
+    run = train_arm(*data, arm=arm, learning_rates=learning_rates, seed=seed, **settings)
+    for _ in range(extensions):
+        scores = run.validation_scores()
+        rates = run.learning_rates
+        best = max(rates, key=lambda rate: (scores[rate], -rate))
+        if best == rates[0]:
+            extra = rates[0] / factor
+        elif best == rates[-1] and not run.diverged()[-1]:
+            extra = rates[-1] * factor
+        else:
+            return run
+        more = train_arm(*data, arm=arm, learning_rates=(extra,), seed=seed, **settings)
+        run = run.extended(more)
+    return run
 
 
 # -- the paper's Figure 1: training curves at one learning rate ------------------------------------
