@@ -263,7 +263,7 @@ def test_the_lottery_computes_each_members_network():
 
 
 def test_each_arm_holds_a_copy_of_every_network_fed_its_seeds_batch():
-    # Member a S + s is arm a's copy of network s and sees network s's batch; images shared by
+    # Member s A + a is arm a's copy of network s and sees network s's batch; images shared by
     # every member give the same logits as the same images passed once per seed.
     nets = members(n=3, bias_shift=0.0)
     lottery = experiment.Lottery(nets, arms=2)
@@ -273,10 +273,10 @@ def test_each_arm_holds_a_copy_of_every_network_fed_its_seeds_batch():
     logits = lottery(x)
     assert logits.shape == (6, 5, 10)
     for s, net in enumerate(nets):
-        assert torch.allclose(logits[s], net(x[s]), atol=1e-5)
-        other = lottery.member(3 + s)
+        assert torch.allclose(logits[2 * s], net(x[s]), atol=1e-5)
+        other = lottery.member(2 * s + 1)
         assert torch.equal(other.conv.weight, -0.5 * net.conv.weight)
-        assert torch.allclose(logits[3 + s], other(x[s]), atol=1e-5)
+        assert torch.allclose(logits[2 * s + 1], other(x[s]), atol=1e-5)
     shared = torch.rand(4, 64, generator=gen(1))
     assert torch.allclose(lottery(shared), lottery(shared.expand(3, 4, 64)), atol=1e-6)
     with pytest.raises(ValueError, match="one batch per seed"):
@@ -294,8 +294,8 @@ def test_a_lottery_without_biases_computes_each_members_network():
     logits = lottery(x)
     for s, net in enumerate(nets):
         assert net.conv.bias is None
-        assert torch.allclose(logits[s], net(x[s]), atol=1e-5)
-        assert lottery.member(2 + s).conv.bias is None
+        assert torch.allclose(logits[2 * s], net(x[s]), atol=1e-5)
+        assert lottery.member(2 * s + 1).conv.bias is None
 
 
 def test_each_members_gradient_is_its_gradient_alone():
@@ -310,7 +310,7 @@ def test_each_members_gradient_is_its_gradient_alone():
         cgn = ro.conv_gradient_norm(lottery.conv_of(arm)).reshape(3, 2)
         for s, net in enumerate(nets):
             net.zero_grad()
-            F.cross_entropy(net(x[s]), y[arm * 3 + s]).backward()
+            F.cross_entropy(net(x[s]), y[s * 2 + arm]).backward()
             assert torch.allclose(cgn[s], ro.conv_gradient_norm(net.conv), rtol=1e-4, atol=1e-7)
 
 
@@ -689,3 +689,22 @@ def test_a_runs_dead_filters_are_those_of_its_networks_one_by_one():
     )
     assert torch.equal(run.dead_filters(d.train_x), by_network)
     assert by_network.any()  # biases from U(-1, 0): some filters are dead
+
+
+def test_an_arms_logits_alone_are_its_rows_of_the_whole_lotterys():
+    for bias_shift, conv_bias in ((0.5, True), (None, False)):
+        nets = []
+        for seed in range(3):
+            with pn.seeded(seed):
+                nets.append(experiment.FilterNet(2, bias_shift=bias_shift, conv_bias=conv_bias))
+        lottery = experiment.Lottery(nets, arms=2)
+        with torch.no_grad():
+            lottery.conv_of(1).weight.mul_(-0.7)
+        x = torch.rand(11, 64, generator=gen())
+        y = torch.randint(0, 10, (11,), generator=gen(1))
+        whole = lottery.class_logits(x)
+        for arm in range(2):
+            alone = lottery.arm_class_logits(x, arm)
+            assert torch.allclose(alone, whole[arm::2], atol=1e-6)
+        run = experiment.LotteryRun(lottery, pn.History(), None, (0, 1, 2), None, 1, [])
+        assert torch.equal(run.accuracy(x, y), experiment.member_accuracy(lottery, x, y)[1::2])

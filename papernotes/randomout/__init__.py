@@ -197,7 +197,9 @@ class RandomOut:
         self.threshold = checks.number("threshold", threshold, 0.0)
         self.enabled = checks.boolean("enabled", enabled)
         self.generator = generator
-        self._cgn: list[torch.Tensor] = []
+        # one list of floats an update: a small tensor kept at every update would pin the
+        # allocator's heap under the update's large temporaries, and the process would grow
+        self._cgn: list[list[float]] = []
         self.resets: list[tuple[int, int]] = []
 
     def attach(self, optimizer: torch.optim.Optimizer):
@@ -206,11 +208,11 @@ class RandomOut:
 
     def _before_step(self, optimizer: torch.optim.Optimizer) -> None:
         update = len(self._cgn)
-        self._cgn.append(conv_gradient_norm(self.conv).clone())
+        self._cgn.append(conv_gradient_norm(self.conv).tolist())
         if self.enabled:
             index = randomout_(self.conv, self.threshold, self.generator, optimizer)
             self.resets += [(update, k) for k in index.tolist()]
 
     @property
     def cgn(self) -> torch.Tensor:
-        return torch.stack(self._cgn) if self._cgn else torch.empty(0, self.conv.out_channels)
+        return torch.tensor(self._cgn) if self._cgn else torch.empty(0, self.conv.out_channels)

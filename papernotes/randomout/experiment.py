@@ -95,20 +95,27 @@ _PATCHES = F.unfold(torch.arange(64.0).reshape(1, 1, *IMAGE_SHAPE), kernel_size=
 
 def firing_fraction(weight: torch.Tensor, bias: torch.Tensor | None, x: torch.Tensor):
     """For filters of weights (R, 9) and biases (R,) (or None), the fraction of the images `x`
-    (N, 64) on which each fires, its ReLU output positive at one position at least: (R,)."""
-    patches = x[:, _PATCHES.flatten()].reshape(len(x), 9, -1)  # (N, 9, 36)
+    (N, 64) on which each fires, its ReLU output positive at one position at least: (R,).
+    `x` may also be the images' patches, (N, 9, 36), cut once by `patches_of`."""
+    patches = x if x.dim() == 3 else patches_of(x)
     pre = torch.einsum("rk,nkp->rnp", weight, patches)
     if bias is not None:
         pre = pre + bias.view(-1, 1, 1)
     return (pre.amax(dim=2) > 0).float().mean(dim=1)
 
 
+def patches_of(x: torch.Tensor) -> torch.Tensor:
+    """The 3x3 patches of images x (N, 64): (N, 9, 36), pixel i of the kernel at position p."""
+    return x[:, _PATCHES.flatten()].reshape(len(x), 9, -1)
+
+
 class Lottery(nn.Module):
     """Several `FilterNet`s side by side, trained as one module: the filter lottery drawn for
     many seeds, and for several arms, at once.
 
-    `Lottery(nets, arms=A)` holds A copies of the S networks `nets`, arm-major: member
-    k = a S + s is arm a's copy of network s. Each arm's filters are one `nn.Conv2d` of their
+    `Lottery(nets, arms=A)` holds A copies of the S networks `nets`, seed-major: member
+    k = s A + a is arm a's copy of network s (so that the arms' maps of one seed's batch, one
+    product, are the members' maps without a copy). Each arm's filters are one `nn.Conv2d` of their
     own, `conv_of(a)` (rows s F to s F + F - 1 are network s's filters, as in a grouped
     convolution), so that a rule that resets filters by their gradient sees its own arm's
     gradients only; the classifiers are one batched matrix product over all members. Member k
@@ -144,7 +151,7 @@ class Lottery(nn.Module):
             with torch.no_grad():
                 conv.weight.copy_(weight)
             self.convs.append(conv)
-        heads = [net.head for net in nets] * self.arms
+        heads = [net.head for net in nets for _ in range(self.arms)]
         self.head_weight = nn.Parameter(torch.stack([h.weight.detach() for h in heads]))
         self.head_bias = nn.Parameter(torch.stack([h.bias.detach() for h in heads]))
 
@@ -178,19 +185,15 @@ class Lottery(nn.Module):
         else:
             b = self._by_group(torch.cat([conv.bias for conv in self.convs]), shared, 1)
             maps = F.relu(torch.baddbmm(b, w, patches))
-        if shared:  # rows (member, filter): already member-major
-            return maps.reshape(self.members, -1, batch)
-        # rows (seed; arm, filter) -> members a S + s
-        maps = maps.reshape(self.seeds, self.arms, -1, batch).transpose(0, 1)
+        # rows (seed, arm, filter), columns (position, image): member s A + a's maps, a view
         return maps.reshape(self.members, -1, batch)
 
     def _by_group(self, rows: torch.Tensor, shared: bool, width: int) -> torch.Tensor:
-        """The arms' filter rows (A S F, ...) as (1, K F, width) for shared images, else
-        (S, A F, width): network s's filters of every arm, beside its batch."""
-        if shared:
-            return rows.reshape(1, -1, width)
+        """The arms' filter rows (A S F, ...) in member order, (S, A F, width): network s's
+        filters of every arm, beside its batch; (1, K F, width) for shared images."""
         by_arm = rows.reshape(self.arms, self.seeds, self.n_filters, width)
-        return by_arm.transpose(0, 1).reshape(self.seeds, -1, width)
+        by_seed = by_arm.transpose(0, 1).reshape(self.seeds, -1, width)
+        return by_seed.reshape(1, -1, width) if shared else by_seed
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """(S, B, 64) or (B, 64) as in `features` -> logits (K, B, classes) (a transposed
@@ -202,12 +205,27 @@ class Lottery(nn.Module):
         batched products give."""
         return torch.baddbmm(self.head_bias.unsqueeze(2), self.head_weight, self.features(x))
 
+    def arm_class_logits(self, x: torch.Tensor, arm: int) -> torch.Tensor:
+        """Logits (S, classes, N) of arm `arm`'s networks alone on the same images x (N, 64),
+        computed as `class_logits` computes them (one batched product)."""
+        conv = self.conv_of(arm)
+        pixels = x.transpose(0, 1).contiguous()  # (64, N)
+        patches = torch.index_select(pixels, 0, _PATCHES.flatten()).reshape(1, 9, -1)
+        w = conv.weight.reshape(1, -1, 9)
+        if conv.bias is None:
+            maps = F.relu(torch.bmm(w, patches))  # (1, S F, 36 N)
+        else:
+            maps = F.relu(torch.baddbmm(conv.bias.reshape(1, -1, 1), w, patches))
+        rows = slice(arm, self.members, self.arms)  # members s A + arm
+        features = maps.reshape(self.seeds, -1, x.shape[0])
+        return torch.baddbmm(self.head_bias[rows].unsqueeze(2), self.head_weight[rows], features)
+
     def member(self, k: int) -> FilterNet:
         """Member `k` as a stand-alone FilterNet (a copy of its current weights)."""
         k = checks.integer("k", k, 0)
         if k >= self.members:
             raise ValueError(f"k must be below the number of members, {self.members}; got {k}")
-        conv = self.convs[k // self.seeds]
+        conv, s = self.convs[k % self.arms], k // self.arms
         has_bias = conv.bias is not None
         net = FilterNet(
             self.n_filters,
@@ -215,7 +233,7 @@ class Lottery(nn.Module):
             conv_bias=has_bias,
             n_classes=self.n_classes,
         )
-        rows = slice((k % self.seeds) * self.n_filters, (k % self.seeds + 1) * self.n_filters)
+        rows = slice(s * self.n_filters, (s + 1) * self.n_filters)
         with torch.no_grad():
             net.conv.weight.copy_(conv.weight[rows])
             if has_bias:
@@ -302,18 +320,18 @@ class GradientLog:
 
     def __init__(self, conv: nn.Conv2d):
         self.conv = conv
-        self._cgn: list[torch.Tensor] = []
+        self._cgn: list[list[float]] = []  # floats, as RandomOut logs them (no tensor kept)
         self.resets: list[tuple[int, int]] = []
 
     def attach(self, optimizer: torch.optim.Optimizer):
         return optimizer.register_step_pre_hook(lambda opt, args, kwargs: self._before_step(opt))
 
     def _before_step(self, optimizer: torch.optim.Optimizer) -> None:
-        self._cgn.append(_filter_norms(self.conv).clone())
+        self._cgn.append(_filter_norms(self.conv).tolist())
 
     @property
     def cgn(self) -> torch.Tensor:
-        return torch.stack(self._cgn) if self._cgn else torch.empty(0, self.conv.out_channels)
+        return torch.tensor(self._cgn) if self._cgn else torch.empty(0, self.conv.out_channels)
 
 
 def _redraw_rows_(conv: nn.Conv2d, rows: list[int], generators, n_filters: int) -> None:
@@ -391,10 +409,11 @@ def redraw_before_training_(
     max_draws = checks.integer("max_draws", max_draws)
     draws = [0] * conv.out_channels
     rows = list(range(conv.out_channels))
+    patches = patches_of(x)
     with torch.no_grad():
         for _ in range(max_draws + 1):
             bias = None if conv.bias is None else conv.bias[rows]
-            fraction = firing_fraction(conv.weight[rows].reshape(len(rows), -1), bias, x)
+            fraction = firing_fraction(conv.weight[rows].reshape(len(rows), -1), bias, patches)
             rows = [row for row, f in zip(rows, fraction.tolist(), strict=True) if f < min_fraction]
             rows = [row for row in rows if draws[row] < max_draws]
             if not rows:
@@ -408,7 +427,7 @@ def redraw_before_training_(
 @dataclass
 class LotteryRun(training.Run):
     """One arm's networks, trained from `seeds` beside the other arms: the model (the whole
-    Lottery; this arm's members are `arm * S` to `arm * S + S - 1`), its History (per epoch,
+    Lottery; this arm's members are s A + arm for each network s), its History (per epoch,
     "accuracy/<s>", network s's accuracy on the split `train_lottery` was given for its curves,
     and "accuracy", their mean), the log of its rule (`log.cgn`, reshaped to (updates, networks,
     filters) by `cgn`; `log.resets` holds (update, row) pairs), and `draws`, the redraws before
@@ -422,15 +441,19 @@ class LotteryRun(training.Run):
 
     @property
     def members(self) -> range:
-        return range(self.arm * len(self.seeds), (self.arm + 1) * len(self.seeds))
+        return range(self.arm, self.model.members, self.model.arms)
 
     @property
     def cgn(self) -> torch.Tensor:
         return self.log.cgn.reshape(-1, len(self.seeds), self.model.n_filters)
 
     def accuracy(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        """Each network's accuracy on `x`, `y`: (S,)."""
-        return member_accuracy(self.model, x, y)[self.members.start : self.members.stop]
+        """Each network's accuracy on `x` (N, 64), `y` (N,): (S,)."""
+        n = checks.tensor("x", x, "(N, 64)", dtype="floating")["N"]
+        checks.tensor("y", y, "(N,)", N=n)
+        with torch.no_grad():
+            logits = self.model.arm_class_logits(x, self.arm)
+        return (logits.max(dim=1).indices == y).float().mean(dim=1)
 
     def dead_filters(self, x: torch.Tensor) -> torch.Tensor:
         """Each network's dead filters on `x` (N, 64), those that fire on none of its images: a
@@ -541,7 +564,7 @@ def train_lottery(
 
     def loss_of_update(_):
         index = next(batches)  # (S, B): every arm's copy of network s sees seed s's batch
-        targets = train_y[index].repeat(len(rules), 1)  # (K, B), member a S + s
+        targets = train_y[index].repeat_interleave(len(rules), dim=0)  # (K, B), member s A + a
         # the members' mean losses, summed: each member's gradient is its own loss's
         each = F.cross_entropy(model.class_logits(train_x[index]), targets, reduction="none")
         return each.mean(dim=1).sum()
@@ -564,7 +587,7 @@ def train_lottery(
     return {
         name: LotteryRun(
             model,
-            _arm_history(shared, arm, len(seeds)),
+            _arm_history(shared, arm, len(rules), len(seeds)),
             logs[name],
             seeds,
             rule,
@@ -575,12 +598,12 @@ def train_lottery(
     }
 
 
-def _arm_history(shared: training.History, arm: int, n: int) -> training.History:
+def _arm_history(shared: training.History, arm: int, arms: int, n: int) -> training.History:
     """Arm `arm`'s part of the lottery's History: its networks' accuracies under their own
-    index (network s of the arm is member arm * n + s), and their mean."""
+    index (network s of the arm is member s A + arm), and their mean."""
     history = training.History()
     for i, step in enumerate(shared.steps):
-        each = [shared[f"accuracy/{arm * n + s}"][i] for s in range(n)]
+        each = [shared[f"accuracy/{s * arms + arm}"][i] for s in range(n)]
         values = {"loss": shared["loss"][i], "accuracy": statistics.mean(each)}
         history.log(step, values | {f"accuracy/{s}": a for s, a in enumerate(each)})
     return history
