@@ -25,9 +25,10 @@ from papernotes import checks, rethinking_generalization, together, training
 # POINTS, LABELLING and DIRECTION (the ablations reuse DIRECTION, so all get one a), the
 # random-bias ablation's biases from BIASES; the dropout masks from DROPOUT; the nulls' labels
 # and pixels (`null_set`) from NULL_LABELS and NULL_PIXELS; the initial weights of a condition
-# that asks for other ones than the seed's (`Condition.init` > 0) from INITS.
+# that asks for other ones than the seed's (`Condition.init` > 0) from INITS; the untrained
+# network of the read-out null (`untrained_features`) from UNTRAINED.
 SUBSET, BATCHES, POINTS, LABELLING, DIRECTION, BIASES, DROPOUT = 0, 3, 4, 5, 6, 7, 8
-NULL_LABELS, NULL_PIXELS, INITS = 9, 10, 11
+NULL_LABELS, NULL_PIXELS, INITS, UNTRAINED = 9, 10, 11, 12
 
 
 def distinct_subset(
@@ -154,6 +155,24 @@ def null_set(
     elif pixels == "per_image":
         both = both.gather(1, torch.rand(both.shape, generator=draws).argsort(dim=1))
     return FixedSet(both[:n], train_y, both[n:], test_y, num_classes)
+
+
+def untrained_features(data: FixedSet, *, seed: int, hidden: int, depth: int = 2) -> FixedSet:
+    """The null of the untrained network with the arms' read-out: the same data, each image
+    (training and test) replaced by the last hidden layer of a ReLU MLP of `depth` hidden layers
+    of `hidden` units whose weights are drawn from a stream of their own (UNTRAINED) and never
+    trained. A linear classifier trained on these features (`randomization_tests` with depth 0)
+    is the network with its hidden layers frozen at their initial weights."""
+    d = checks.tensor("data.train_x", data.train_x, "(N, D)", dtype="floating")["D"]
+    checks.integer("seed", seed, 0)
+    hidden = checks.integer("hidden", hidden)
+    depth = checks.integer("depth", depth)
+    weights = int(torch.randint(2**62, (1,), generator=training.generator(seed, UNTRAINED)))
+    with training.seeded(weights):
+        body = training.mlp([d] + [hidden] * depth + [data.num_classes])[:-1]  # no classifier
+    with torch.no_grad():
+        train_h, test_h = body(data.train_x), body(data.test_x)
+    return FixedSet(train_h, data.train_y, test_h, data.test_y, data.num_classes)
 
 
 @dataclass(frozen=True)
@@ -364,6 +383,24 @@ def paired_standard_error(first: Run, second: Run) -> float:
         right_second = second.model(second.data.test_x).argmax(-1) == test_y
     discordant = (right_first != right_second).sum().item()
     return discordant**0.5 / len(test_y)
+
+
+def error_removed(plain: list[Run], regularised: list[Run]) -> tuple[float, float]:
+    """The share of the plain runs' test error that the regularised runs remove, each pair from
+    the same initial weights, and its standard error: (e_plain - e_reg) / e_plain with e the
+    mean test error over the P pairs; the difference's standard error sqrt(sum_i (b_i + c_i)) /
+    (N P) (b_i, c_i the test digits only one run of pair i gets right), divided by e_plain."""
+    if not plain or len(plain) != len(regularised):
+        raise ValueError("plain and regularised must be runs of the same pairs, one each")
+    n, pairs = len(plain[0].data.test_y), len(plain)
+    plain_error = sum(1 - r.test_accuracy for r in plain) / pairs
+    regularised_error = sum(1 - r.test_accuracy for r in regularised) / pairs
+    # sum_i (b_i + c_i), from each pair's paired standard error sqrt(b_i + c_i) / N
+    discordant = sum(
+        (paired_standard_error(a, b) * n) ** 2 for a, b in zip(plain, regularised, strict=True)
+    )
+    share = (plain_error - regularised_error) / plain_error
+    return share, discordant**0.5 / (n * pairs) / plain_error
 
 
 # -- Theorem 1: the ablation and the measurements -------------------------------------------------
