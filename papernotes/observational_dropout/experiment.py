@@ -27,8 +27,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
+from torch import nn
 
-from papernotes import checks, observational_dropout
+from papernotes import checks, observational_dropout, training
 from papernotes.training import generator
 
 # The random streams of a run, each drawn from generator(seed, stream).
@@ -358,19 +359,28 @@ def train_predictor(
     `one_step_errors`) with Adam; returns its parameters (1, P - 3)."""
     updates, batch = checks.integer("updates", updates), checks.integer("batch", batch)
     lr = checks.number("lr", lr, 0.0, low_open=True)
-    model = model_of(initial_agents(1, hidden, seed), hidden).clone().requires_grad_(True)
-    optimizer = torch.optim.Adam([model], lr=lr)
+    net = _FlatModel(model_of(initial_agents(1, hidden, seed), hidden))
     data = generator(seed, TRANSITIONS)
     scale = torch.tensor([env.theta0, env.omega * env.theta0])
-    for _ in range(updates):
+
+    def loss_of_update(i):
         states, actions, next_states = transitions(batch, env, data)
-        guess = forward_model(model, hidden, states, actions, env.dt)
+        guess = forward_model(net.params, hidden, states, actions, env.dt)
         # l = E || (M(s, a) - s') / scale ||^2
-        loss = ((guess - next_states) / scale).pow(2).sum(-1).mean()
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-    return model.detach()
+        return ((guess - next_states) / scale).pow(2).sum(-1).mean()
+
+    optimizer = torch.optim.Adam(net.parameters(), lr=lr)
+    training.train(net, optimizer, loss_of_update, updates, desc="predictor")
+    return net.params.detach().clone()
+
+
+class _FlatModel(nn.Module):
+    """A world model's flat parameter vector (1, P - 3) as a module, for the book's one training
+    loop (`training.train`), which updates modules."""
+
+    def __init__(self, params: torch.Tensor):
+        super().__init__()
+        self.params = nn.Parameter(params.clone())
 
 
 def imagine(controllers, models, hidden: int, env: Pendulum, start) -> torch.Tensor:
