@@ -726,3 +726,45 @@ def test_the_cost_of_a_run_is_its_updates_times_one_update():
     assert truncated < madds
     with pytest.raises(ValueError, match="batch_size"):
         experiment.update_multiply_adds(model, task, 7, ggnn.per_graph_log_softmax)
+
+
+def test_propagation_matrices_start_with_standard_deviation_one_over_root_d():
+    # W_in and W_out start as N(0, 1/D) entries, in the mechanism and in the ablations' copy.
+    with seeded(0):
+        models = [ggnn.GGNN(1, 64, 3, 2), experiment.AblatedGGNN(64, 2)]
+    for model in models:
+        for matrices in (model.incoming, model.outgoing):
+            assert abs(matrices.std().item() - 64**-0.5) < 0.1 * 64**-0.5
+            assert abs(matrices.mean().item()) < 0.01
+
+
+def test_ablation_without_every_round_takes_its_gradient_through_the_last_round_only():
+    task = experiment.deduction_task(3, seed=0, stream=experiment.TRAIN)
+    annotation, edge_index, edge_type, _, _ = task.graphs()
+    with seeded(1):
+        truncated = experiment.AblatedGGNN(8, 3, every_round=False)
+    full = experiment.AblatedGGNN(8, 3)  # every_round defaults to True
+    full.load_state_dict(truncated.state_dict())
+    assert [truncated.through(t) for t in range(3)] == [False, False, True]
+    assert [full.through(t) for t in range(3)] == [True, True, True]
+
+    def gradient(model):
+        model.zero_grad()
+        model(annotation, edge_index, edge_type).square().sum().backward()
+        return model.incoming.grad.clone()
+
+    # By hand: two rounds as constants, then the last round and the output with gradients.
+    n = annotation.shape[0]
+    A = truncated.adjacency(n, edge_index, edge_type)
+    x = annotation.view(n // 8, 8, -1)
+    h = torch.cat([x, x.new_zeros(*x.shape[:2], 7)], dim=2)
+    with torch.no_grad():
+        for _ in range(2):
+            h = truncated.round(h, A)
+    truncated.zero_grad()
+    by_hand = truncated.output(torch.cat([truncated.round(h, A), x], dim=2)).reshape(n)
+    by_hand.square().sum().backward()
+    expected = truncated.incoming.grad.clone()
+    assert torch.allclose(gradient(truncated), expected, atol=1e-6)
+    assert expected.abs().sum() > 0
+    assert not torch.allclose(gradient(full), expected, atol=1e-4)
