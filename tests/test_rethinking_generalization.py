@@ -369,6 +369,48 @@ def test_standard_errors_of_a_test_error_and_of_a_paired_difference():
         experiment.paired_standard_error(a, c)
 
 
+def test_untrained_features_are_a_fixed_relu_network_of_its_own_stream():
+    train_x, train_y, test_x, test_y = small_digits()
+    data = experiment.FixedSet(train_x, train_y, test_x, test_y, num_classes=4)
+    features = experiment.untrained_features(data, seed=3, hidden=8)
+    # h = relu(W2 relu(W1 x + b1) + b2), the weights drawn under the UNTRAINED stream's seed
+    weights = int(torch.randint(2**62, (1,), generator=pn.generator(3, experiment.UNTRAINED)))
+    with torch.random.fork_rng():
+        torch.manual_seed(weights)
+        first, second = torch.nn.Linear(16, 8), torch.nn.Linear(8, 8)
+    with torch.no_grad():
+        by_hand = torch.relu(second(torch.relu(first(test_x))))
+    assert features.train_x.shape == (len(train_x), 8)
+    assert torch.allclose(features.test_x, by_hand, atol=1e-6)
+    assert torch.equal(features.train_y, train_y) and torch.equal(features.test_y, test_y)
+    again = experiment.untrained_features(data, seed=3, hidden=8)
+    assert torch.equal(again.train_x, features.train_x)
+    other = experiment.untrained_features(data, seed=4, hidden=8)
+    assert not torch.equal(other.train_x, features.train_x)
+
+
+def test_error_removed_is_the_share_of_the_plain_error_with_its_paired_se():
+    train_x, train_y, test_x, test_y = small_digits()
+    data = rg.RandomizedDigits(train_x, train_y, test_x, test_y, num_classes=4)
+    runs = [
+        experiment.randomization_test(data, seed=s, epochs=e, batch_size=10, hidden=8)
+        for s, e in [(0, 1), (1, 4), (2, 1), (3, 4)]
+    ]
+    plain, regularised = runs[0::2], runs[1::2]
+    share, se = experiment.error_removed(plain, regularised)
+    e_plain = sum(1 - r.test_accuracy for r in plain) / 2
+    e_reg = sum(1 - r.test_accuracy for r in regularised) / 2
+    assert share == pytest.approx((e_plain - e_reg) / e_plain)
+    discordant = sum(
+        (experiment.paired_standard_error(a, b) * len(test_y)) ** 2
+        for a, b in zip(plain, regularised, strict=True)
+    )
+    assert se == pytest.approx(math.sqrt(discordant) / (len(test_y) * 2) / e_plain)
+    assert experiment.error_removed(plain, plain) == (0.0, 0.0)
+    with pytest.raises(ValueError, match="same pairs"):
+        experiment.error_removed(plain, regularised[:1])
+
+
 def test_the_chapters_construction_has_2n_plus_d_parameters():
     # The constructor fixes the count: a (d,), b (n,), w (n,), for n = 300 points of d = 64.
     x = randn(300, 64, seed=37)
