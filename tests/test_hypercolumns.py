@@ -684,3 +684,61 @@ def test_plain_copy_holds_the_classifiers_weights_and_computes_the_same_blend():
     with torch.no_grad():
         classifier.bias[..., 1].add_(1.0)  # a copy, not a view
     assert not torch.allclose(plain(h, categories), classifier(h, categories), atol=1e-3)
+
+
+def test_segment_scores_every_rate_and_its_chosen_rate_is_the_run_itself():
+    train = experiment.generate_shapes(20, generator=gen(93))
+    val = experiment.generate_shapes(6, generator=gen(94))
+    test = experiment.generate_shapes(5, generator=gen(95))
+    net = experiment.untrained(seed=5)
+    options = {"grid": 2, "seed": 0, "lrs": (0.01, 1.0), "n_pixels": 800, "steps": 10}
+    plain = experiment.segment(
+        net, ["conv1", "gap"], train, val, test, pixel_generator=gen(96), **options
+    )
+    every = experiment.segment(
+        net, ["conv1", "gap"], train, val, test, pixel_generator=gen(96), every_rate=True, **options
+    )
+    assert plain.by_rate is None
+    assert list(every.by_rate) == [0.01, 1.0]
+    scores, masks = every.by_rate[every.lr]
+    assert scores == every.scores
+    assert torch.equal(masks, every.masks["test"])
+    assert torch.equal(every.masks["test"], plain.masks["test"])
+    other = 1.0 if every.lr == 0.01 else 0.01
+    assert every.by_rate[other][0] != scores  # another classifier, scored on its own masks
+    assert every.by_rate[other][1].shape == (5, 24, 24)
+    with pytest.raises(TypeError, match="every_rate"):
+        experiment.segment(
+            net, ["gap"], train, val, test, pixel_generator=gen(96), every_rate=1, **options
+        )
+
+
+def test_generate_shapes_draws_the_windows_its_docstring_describes():
+    # The draws written out in generate_shapes' order: a label, a brightness in [0.6, 1.4], for a
+    # pair another kind (an offset of 1 or 2), a direction, two centres 0.27 of the window from
+    # the middle, each jittered by up to 0.04, two radii in [0.2, 0.26]; then N(0, 0.25^2) noise.
+    n, size, g = 40, 24, gen(97)
+
+    def uniform(low, high):
+        return low + (high - low) * torch.rand(n, 1, 1, generator=g)
+
+    labels = torch.randint(3, (n,), generator=g)
+    brightness = uniform(0.6, 1.4)
+    others = (labels + torch.randint(1, 3, (n,), generator=g)) % 3
+    angle = uniform(0.0, 2 * math.pi)
+    dy, dx = 0.27 * size * torch.sin(angle), 0.27 * size * torch.cos(angle)
+    centres = [
+        (12 + s * dy + uniform(-0.04, 0.04) * size, 12 + s * dx + uniform(-0.04, 0.04) * size)
+        for s in (1, -1)
+    ]
+    radii = uniform(0.2, 0.26) * size, uniform(0.2, 0.26) * size
+    figure = experiment._shape_masks(labels, radii[0], *centres[0], size)
+    ground = experiment._shape_masks(others, radii[1], *centres[1], size) & ~figure
+    images = brightness * (figure | ground) + 0.25 * torch.randn(n, size, size, generator=g)
+    data = experiment.generate_shapes(n, generator=gen(97))
+    assert torch.equal(data.labels, labels)
+    assert (others != labels).all()
+    assert torch.equal(data.masks, figure.long())
+    assert data.masks.dtype == torch.int64
+    assert torch.allclose(data.images[:, 0], images, atol=1e-6)
+    assert data.images.shape == (n, 1, size, size)

@@ -584,6 +584,8 @@ class Segmentation:
     scores: dict[str, dict[str, float]]
     lr: float
     validation: dict[float, float]
+    # With every_rate: each rate's scores on val and test, and its test masks.
+    by_rate: dict[float, tuple[dict[str, dict[str, float]], torch.Tensor]] | None = None
 
 
 def segment(
@@ -605,6 +607,7 @@ def segment(
     batch_size: int = 2048,
     decay: bool = False,
     sample: PixelSample | None = None,
+    every_rate: bool = False,
 ) -> Segmentation:
     """Sample `n_pixels` training pixels of `train` (from `pixel_generator`; or take `sample`,
     drawn by `sample_pixels` for these `layers` of this `model`), fit the pixel classifiers
@@ -613,7 +616,9 @@ def segment(
     VALIDATION_PIXELS of `seed`: the same pixels for every arm of a seed), and predict and
     score its masks on `val` and `test` (each window's category picking its classifiers where
     `per_category`). Every rate trains on the same pixels and batches: the arms of one grid
-    differ in their rate alone."""
+    differ in their rate alone. `every_rate`: score every rate's classifier too (`by_rate`), so
+    that a row can print, or choose by, another measure than the cross-entropy."""
+    checks.boolean("every_rate", every_rate)
     lrs = [checks.number("lrs", lr, 0.0, low_open=True) for lr in lrs]
     if not lrs:
         raise ValueError("lrs must hold at least one learning rate")
@@ -654,23 +659,34 @@ def segment(
     else:
         validation = {lrs[0]: math.nan}  # one rate: nothing to choose
     best = min(range(len(lrs)), key=lambda r: _finite_or_inf(validation[lrs[r]]))
-    classifier = classifiers[best]
-    masks = {
-        name: predict_masks(
-            model,
-            classifier,
-            data.images,
-            layers,
-            data.labels if per_category else None,
-            reference=reference,
-        )
-        for name, data in (("val", val), ("test", test))
-    }
-    scores = {
-        name: segmentation_scores(masks[name], data.masks, boundary_band(data.masks))
-        for name, data in (("val", val), ("test", test))
-    }
-    return Segmentation(classifier, masks, scores, lrs[best], validation)
+    splits = (("val", val), ("test", test))
+
+    def masks_and_scores(classifier):
+        masks = {
+            name: predict_masks(
+                model,
+                classifier,
+                data.images,
+                layers,
+                data.labels if per_category else None,
+                reference=reference,
+            )
+            for name, data in splits
+        }
+        scores = {
+            name: segmentation_scores(masks[name], data.masks, boundary_band(data.masks))
+            for name, data in splits
+        }
+        return masks, scores
+
+    masks, scores = masks_and_scores(classifiers[best])
+    by_rate = None
+    if every_rate:
+        by_rate = {}
+        for lr, classifier in zip(lrs, classifiers, strict=True):
+            rate_masks, rate_scores = masks_and_scores(classifier)
+            by_rate[lr] = (rate_scores, rate_masks["test"])
+    return Segmentation(classifiers[best], masks, scores, lrs[best], validation, by_rate)
 
 
 def _finite_or_inf(x: float) -> float:
