@@ -366,6 +366,21 @@ def test_reinforce_surrogate_has_the_score_function_gradient(estimator):
     assert state.mean == pytest.approx(0.9 * 0.5 + 0.1 * nll.item())
 
 
+def test_softmax_null_decodes_the_noise_free_relaxation():
+    # The null: loss = mean(-log p(x | softmax(logits / tau)) + KL), no noise drawn.
+    model = tiny_vae(2)
+    x = (torch.rand(6, 5, generator=gen(31)) > 0.5).float()
+    noise = gen(32)
+    before = noise.get_state()
+    loss, nll = experiment.vae_loss(model, x, estimator="softmax", temperature=0.7, generator=noise)
+    assert torch.equal(noise.get_state(), before)  # no Gumbel noise, nor any other draw
+    logits = model.posterior_logits(x)
+    y = torch.exp(logits / 0.7) / torch.exp(logits / 0.7).sum(-1, keepdim=True)
+    expected_nll = model.reconstruction_nll(x, y)
+    assert torch.allclose(nll, expected_nll.detach(), atol=1e-6)
+    assert torch.allclose(loss, (expected_nll + model.kl_to_prior(logits)).mean(), atol=1e-6)
+
+
 def test_sample_categorical_draws_the_softmax_probabilities():
     logits = torch.log(torch.tensor([0.6, 0.3, 0.1], dtype=torch.float64))
     z = experiment.sample_categorical(logits.expand(30_000, -1), gen(30))

@@ -328,7 +328,13 @@ def sample_categorical(logits: torch.Tensor, generator: torch.Generator | None =
     return F.one_hot(index, k).to(logits.dtype).view(logits.shape)
 
 
-ESTIMATORS = ("gumbel_softmax", "straight_through", "reinforce", "reinforce_moving_average")
+ESTIMATORS = (
+    "gumbel_softmax",
+    "straight_through",
+    "reinforce",
+    "reinforce_moving_average",
+    "softmax",
+)
 
 
 @dataclass
@@ -367,6 +373,8 @@ def vae_loss(
       an input-dependent baseline b(x) (trained to predict it), and the encoder's gradient
       divided by max(1, sqrt(v)), v the running variance of the centred signal.
     - "reinforce_moving_average": the same without b(x) and without the normalisation (a null).
+    - "softmax": decode softmax(logits / tau), the relaxation without its Gumbel noise (a null:
+      a differentiable bottleneck at the same temperature, written here, not the mechanism's).
     The KL term is analytic in every case.
     """
     checks.one_of("estimator", estimator, ESTIMATORS)
@@ -391,6 +399,11 @@ def vae_loss(
             centred = signal - c
             state.update(signal, centred)
             surrogate = nll + centred * log_q + kl
+    elif estimator == "softmax":
+        # y = softmax(logits / tau): no noise, so the code is a deterministic function of x
+        y = torch.softmax(logits / temperature, dim=-1)
+        nll = model.reconstruction_nll(x, y)
+        surrogate = nll + kl
     else:
         hard = estimator == "straight_through"
         y = concrete.relax(logits, temperature, hard=hard, generator=generator)
