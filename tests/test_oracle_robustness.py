@@ -441,7 +441,7 @@ def test_the_augmentation_baseline_trains_on_the_twins(digits_with_extra):
     assert shift < experiment.representation_shift(short, test_x, ignored, gen(3))
     with pytest.raises(ValueError, match="ignored"):
         experiment.train_classifier(x, y, n_classes=10, seed=0, augment=1.0)
-    with pytest.raises(ValueError, match="two arms"):
+    with pytest.raises(ValueError, match="three arms"):
         experiment.train_classifier(
             x, y, n_classes=10, seed=0, augment=1.0, penalty=1.0, ignored=ignored
         )
@@ -451,7 +451,7 @@ def test_a_robustness_seeking_decision_keeps_g1_and_moves_less(digits_with_extra
     x, y, test_x, ignored, plain, _ = digits_with_extra
     plain_c1 = experiment.retrain_decision(plain, x, y, seed=0, run=0, steps=100).model
     seeking = experiment.retrain_decision(
-        plain, x, y, seed=0, run=0, steps=100, penalty=3.0, ignored=ignored
+        plain, x, y, seed=0, run=0, steps=100, recipe="siamese", weight=3.0, ignored=ignored
     ).model
     for name, value in seeking.g.state_dict().items():
         assert torch.equal(value, plain.g.state_dict()[name])  # g1 frozen
@@ -465,7 +465,15 @@ def test_a_robustness_seeking_decision_keeps_g1_and_moves_less(digits_with_extra
     }
     assert flips[seeking] < flips[plain_c1]
     with pytest.raises(ValueError, match="needs `ignored`"):
-        experiment.retrain_decision(plain, x, y, seed=0, run=0, penalty=1.0)
+        experiment.retrain_decision(plain, x, y, seed=0, run=0, recipe="siamese", weight=1.0)
+    with pytest.raises(ValueError, match="weight"):
+        experiment.retrain_decision(plain, x, y, seed=0, run=0, recipe="twins", ignored=ignored)
+    with pytest.raises(ValueError, match="recipe"):
+        experiment.retrain_decision(plain, x, y, seed=0, run=0, recipe="pgd", weight=1.0)
+    with pytest.raises(ValueError, match="codes"):
+        experiment.retrain_decision(
+            plain, x, y, seed=0, run=0, recipe="adversarial", weight=1.0, ignored=ignored
+        )
 
 
 # -- the nulls' own code ---------------------------------------------------------------------------
@@ -527,3 +535,134 @@ def test_every_attacked_digit_keeps_the_oracles_label_and_stays_in_its_ball():
     assert attacks[0][1].flipped.any() and attacks[-1][1].flipped.any()
     # the projection binds below eps = 1: without it, 20 steps of 2.5 eps / 20 would go further
     assert (attacks[0][1].x_adv - x).abs().max() == pytest.approx(0.25, abs=1e-6)
+
+
+def test_the_nulls_network_is_the_mechanisms_classifier_written_again(digits_with_extra):
+    x, y, test_x, ignored, plain, pixels = digits_with_extra
+    for reads, hidden in ((None, 64), (~ignored, 64), (None, None)):
+        with pn.training.seeded(3):
+            mechanism = orc.Classifier(72, 10, hidden=hidden, reads=reads)
+        with pn.training.seeded(3):
+            null = experiment.PlainNetwork(72, 10, hidden=hidden, reads=reads)
+        assert mechanism.state_dict().keys() == null.state_dict().keys()
+        for name, value in mechanism.state_dict().items():
+            assert torch.equal(value, null.state_dict()[name])
+        with torch.no_grad():
+            assert torch.equal(mechanism(test_x), null(test_x))
+            assert torch.equal(mechanism.features(test_x), null.features(test_x))
+    # only the Siamese network is the mechanism's; the nulls are not
+    assert type(plain) is experiment.PlainNetwork
+
+
+def test_the_worst_code_is_the_one_of_largest_loss_per_input(digits_with_extra):
+    x, y, test_x, ignored, plain, _ = digits_with_extra
+    codes = experiment.label_codes(8, 10, gen(0))
+    labels = load_digits_split().test_y[:120]
+    worst = experiment.worst_code(plain, test_x, labels, ignored, codes)
+    with torch.no_grad():
+        losses = []
+        for code in codes:  # every code written in by hand
+            pasted = test_x.clone()
+            pasted[:, 64:] = code
+            losses.append(F.cross_entropy(plain(pasted), labels, reduction="none"))
+        expected = torch.stack(losses).argmax(0)
+    assert torch.equal(worst[:, :64], test_x[:, :64])  # the oracle's pixels untouched
+    assert torch.equal(worst[:, 64:], codes[expected])
+    # and the stacked version picks the same codes, decision by decision
+    logits = experiment.worst_logits(
+        lambda z: plain(z).unsqueeze(0), test_x, labels, ignored, codes
+    )
+    with torch.no_grad():
+        assert torch.allclose(logits[0], plain(worst), atol=1e-5)
+
+
+def test_decisions_trained_together_are_their_own_runs(digits_with_extra):
+    x, y, test_x, ignored, plain, _ = digits_with_extra
+    codes = experiment.label_codes(8, 10, gen(0))
+    for recipe in ("siamese", "twins", "adversarial"):
+        grid = experiment.retrain_decisions(
+            plain,
+            x,
+            y,
+            seed=0,
+            run=0,
+            recipe=recipe,
+            weights=(0.5, 5.0),
+            ignored=ignored,
+            codes=codes,
+            steps=40,
+        )
+        for k, weight in enumerate((0.5, 5.0)):
+            alone = experiment.retrain_decision(
+                plain,
+                x,
+                y,
+                seed=0,
+                run=0,
+                recipe=recipe,
+                weight=weight,
+                ignored=ignored,
+                codes=codes,
+                steps=40,
+            )
+            assert torch.allclose(grid[k].model.c.weight, alone.model.c.weight, atol=1e-5)
+        assert not torch.allclose(grid[0].model.c.weight, grid[1].model.c.weight, atol=1e-3)
+
+
+def test_a_decision_trained_on_its_worst_code_resists_the_pasting_search(digits_with_extra):
+    x, y, test_x, ignored, plain, _ = digits_with_extra
+    codes = experiment.label_codes(8, 10, gen(0))
+    plain_c1 = experiment.retrain_decision(plain, x, y, seed=0, run=0, steps=150).model
+    adversarial = experiment.retrain_decision(
+        plain,
+        x,
+        y,
+        seed=0,
+        run=0,
+        steps=150,
+        recipe="adversarial",
+        weight=10.0,
+        ignored=ignored,
+        codes=codes,
+    ).model
+    for name, value in adversarial.g.state_dict().items():
+        assert torch.equal(value, plain.g.state_dict()[name])  # g1 frozen
+    pasted = {
+        m: orc.attack_by_values(m, test_x, ignored, codes).flipped.float().mean()
+        for m in (plain_c1, adversarial)
+    }
+    assert pasted[adversarial] < 0.5 * pasted[plain_c1]
+
+
+def test_adversarial_training_of_the_network_resists_the_pasting_search(digits_with_extra):
+    x, y, test_x, ignored, plain, _ = digits_with_extra
+    codes = experiment.label_codes(8, 10, gen(0))
+    trained = experiment.train_classifier(
+        x, y, n_classes=10, seed=0, adversarial=10.0, ignored=ignored, codes=codes
+    ).model
+    pasted = {
+        m: orc.attack_by_values(m, test_x, ignored, codes).flipped.float().mean()
+        for m in (plain, trained)
+    }
+    assert pasted[trained] < 0.5 * pasted[plain]
+    with pytest.raises(ValueError, match="codes"):
+        experiment.train_classifier(x, y, n_classes=10, seed=0, adversarial=1.0, ignored=ignored)
+
+
+def test_the_shift_at_values_is_the_largest_over_the_values_written_in(digits_with_extra):
+    x, y, test_x, ignored, plain, pixels = digits_with_extra
+    codes = experiment.label_codes(8, 10, gen(0))
+    shift = experiment.shift_at_values(plain, test_x, ignored, codes, gen(3))
+    other = test_x[torch.randperm(len(test_x), generator=gen(3))]
+    with torch.no_grad():
+        g = plain.features(test_x)
+        scale = (g - plain.features(other)).pow(2).sum(-1).mean()
+        each = []
+        for code in codes:
+            pasted = test_x.clone()
+            pasted[:, 64:] = code
+            each.append((g - plain.features(pasted)).pow(2).sum(-1))
+        expected = torch.stack(each).amax(0) / scale
+    assert torch.allclose(shift, expected)
+    assert shift.mean() > 0.01
+    assert experiment.shift_at_values(pixels, test_x, ignored, codes, gen(3)).max() == 0

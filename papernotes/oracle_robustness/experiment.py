@@ -7,10 +7,12 @@ twin) are `papernotes.oracle_robustness`; this module calls them through the mod
 (`oracle_robustness.name`), so a mutant patched there reaches the chapter's arms.
 
 The nulls of the chapter's claims must stay out of a mutant's reach. So the runs that stand for
-them (the plain classifier, the augmentation baseline, the pixels-only classifier) and their
-measurements use code of this module's own: `redraw_ignored` for their twins and
-`null_search` for their attack, each with a random stream of its own. Unbroken, each is the
-mechanism's counterpart exactly (the unit tests compare them).
+them (the plain classifier, the augmentation baseline, the adversarially trained classifier,
+the pixels-only classifier, the decisions retrained on a frozen g1) and their measurements use
+code of this module's own: `PlainNetwork` for their network, `redraw_ignored` for their twins,
+`worst_code` for their adversarial examples and `null_search` for their attack, each with a
+random stream of its own. Unbroken, each is the mechanism's counterpart exactly (the unit tests
+compare them); only the Siamese network (iii) is the mechanism's `Classifier`.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import copy
 import torch
 import torch.nn.functional as F
 
-from papernotes import checks, oracle_robustness, training
+from papernotes import checks, oracle_robustness, together, training
 from papernotes.data import Digits, minibatches
 
 # The random streams of a run (generator(seed, stream)); the integers the chapter's numbers were
@@ -32,6 +34,7 @@ SHIFT = 12  # the twins and the partners of the representation's shift
 AUGMENT_TWINS = 13  # the augmentation baseline's twins (its own stream, its own code)
 DECISIONS = 100  # c1 retrained on a frozen g1: its j-th run draws from DECISIONS + j
 DECISION_TWINS = 200  # the twins of a robustness-seeking c1: run j draws from DECISION_TWINS + j
+DECISION_RECIPES = ("plain", "siamese", "twins", "adversarial")  # how a retrained c1 is trained
 
 
 # -- data with unnecessary features ---------------------------------------------------------------
@@ -105,6 +108,55 @@ def with_unnecessary_features(
     }
 
 
+# -- the nulls' network ---------------------------------------------------------------------------
+
+
+class PlainNetwork(torch.nn.Module):
+    """The network of the nulls, written again out of the mechanism's reach: g1 reads the
+    features in `reads` through one ReLU layer of `hidden` units (or, without `hidden`, is the
+    selection itself), c1 is a linear layer. Its layers are made in the order of
+    `oracle_robustness.Classifier`'s, so the same seed draws the same initial weights (a unit
+    test compares the two)."""
+
+    def __init__(self, n_features: int, n_classes: int, *, hidden=64, reads=None):
+        super().__init__()
+        reads = torch.ones(n_features, dtype=torch.bool) if reads is None else reads
+        self.register_buffer("reads", reads.clone())
+        width = int(reads.sum())
+        self.g = torch.nn.Identity()
+        if hidden is not None:
+            self.g = torch.nn.Sequential(torch.nn.Linear(width, hidden), torch.nn.ReLU())
+            width = hidden
+        self.c = torch.nn.Linear(width, n_classes)
+
+    def features(self, x: torch.Tensor) -> torch.Tensor:
+        return self.g(x[:, self.reads])
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.c(self.features(x))
+
+
+def worst_code(
+    model: torch.nn.Module,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    ignored: torch.Tensor,
+    codes: torch.Tensor,
+) -> torch.Tensor:
+    """x with, per row, the one of `codes` (V, M) written into its `ignored` features that gives
+    the model its largest cross-entropy on y: the adversarial example of the pasting search, the
+    nulls' adversarial training draws on (the model's answers are not changed by this call)."""
+    with torch.no_grad():
+        losses, pasted = [], []
+        for code in codes:
+            candidate = x.clone()
+            candidate[:, ignored] = code.to(x.dtype)
+            pasted.append(candidate)
+            losses.append(F.cross_entropy(model(candidate), y, reduction="none"))
+        worst = torch.stack(losses).argmax(0)
+    return torch.stack(pasted)[worst, torch.arange(len(x))]
+
+
 # -- training f1 ----------------------------------------------------------------------------------
 
 
@@ -118,6 +170,8 @@ def train_classifier(
     hidden: int | None = 64,
     penalty: float = 0.0,
     augment: float = 0.0,
+    adversarial: float = 0.0,
+    codes: torch.Tensor | None = None,
     ignored: torch.Tensor | None = None,
     steps: int = 200,
     lr: float = 1e-2,
@@ -126,24 +180,31 @@ def train_classifier(
 ) -> training.Run:
     """Train f1 with Adam on cross-entropy plus, when `penalty` (lambda) > 0, the Siamese
     penalty on pairs (x, x~) whose `ignored` features are redrawn. `augment` > 0 is the
-    baseline that trains on the twins instead: lambda CE(f1(x~), y) in place of the penalty.
-    Weights, batches and the redrawn features follow `seed`; `val`,
-    when given, is logged as "val_accuracy". Without a penalty the run calls nothing of the
-    mechanism but the Classifier: the plain and augmented classifiers are the claims' nulls."""
+    baseline that trains on the twins instead: lambda CE(f1(x~), y) in place of the penalty;
+    `adversarial` > 0 trains on adversarial examples instead, lambda CE(f1(x*), y) with x* the
+    input with the worst of `codes` in its `ignored` features (`worst_code`). Weights, batches
+    and the redrawn features follow `seed`; `val`, when given, is logged as "val_accuracy".
+    Only the Siamese network is the mechanism's `Classifier`; without a penalty the network is
+    `PlainNetwork` and the run calls nothing of the mechanism: the plain, augmented, adversarial
+    and pixels-only classifiers are the claims' nulls."""
     n_features = checks.tensor("x", x, "(N, D)", dtype="floating")["D"]
     checks.tensor("y", y, "(N,)", dtype=torch.int64, N=len(x))
     checks.integer("seed", seed, 0)
     penalty = checks.number("penalty", penalty, 0.0)
     augment = checks.number("augment", augment, 0.0)
-    if (penalty > 0 or augment > 0) and ignored is None:
+    adversarial = checks.number("adversarial", adversarial, 0.0)
+    if (penalty > 0 or augment > 0 or adversarial > 0) and ignored is None:
         raise ValueError("a penalty needs `ignored`: the features the oracle does not use")
-    if penalty > 0 and augment > 0:
-        raise ValueError("penalty and augment are two arms: give one of them")
+    if sum(w > 0 for w in (penalty, augment, adversarial)) > 1:
+        raise ValueError("penalty, augment and adversarial are three arms: give one of them")
+    if adversarial > 0 and codes is None:
+        raise ValueError("adversarial training needs `codes`: the values its examples paste")
     if ignored is not None:
         oracle_robustness._check_mask("ignored", ignored, n_features)
     checks.number("lr", lr, 0.0, low_open=True)
+    network = oracle_robustness.Classifier if penalty > 0 else PlainNetwork
     with training.seeded(seed):
-        model = oracle_robustness.Classifier(n_features, n_classes, hidden=hidden, reads=reads)
+        model = network(n_features, n_classes, hidden=hidden, reads=reads)
     redraw = training.generator(seed, TWINS)
     redraw_own = training.generator(seed, AUGMENT_TWINS)
 
@@ -158,6 +219,13 @@ def train_classifier(
         twin = redraw_ignored(x[index], ignored, redraw_own)
         return augment * F.cross_entropy(model(twin), y[index])
 
+    def on_adversarial(index: torch.Tensor) -> torch.Tensor:
+        # adversarial training: L = CE(c1(g1(x)), y) + lambda CE(c1(g1(x*)), y), x* the worst
+        # pasted code (a null: the experiment's own search)
+        worst = worst_code(model, x[index], y[index], ignored, codes)
+        return adversarial * F.cross_entropy(model(worst), y[index])
+
+    terms = [(penalty, siamese), (augment, on_twins), (adversarial, on_adversarial)]
     history = training.train_classifier(
         model,
         y,
@@ -166,7 +234,7 @@ def train_classifier(
         batches=minibatches(len(x), batch_size, training.generator(seed, BATCHES)),
         logits_of=lambda index: model(x[index]),
         # lambda = 0: plain cross-entropy
-        extra_loss=siamese if penalty > 0 else on_twins if augment > 0 else None,
+        extra_loss=next((term for weight, term in terms if weight > 0), None),
         evaluate=lambda: (
             {} if val is None else {"val_accuracy": training.accuracy(model(val[0]), val[1])}
         ),
@@ -177,54 +245,151 @@ def train_classifier(
 
 
 def retrain_decision(
-    model: oracle_robustness.Classifier,
+    model: torch.nn.Module,
     x: torch.Tensor,
     y: torch.Tensor,
     *,
     seed: int,
     run: int,
-    penalty: float = 0.0,
+    recipe: str = "plain",
+    weight: float = 0.0,
     ignored: torch.Tensor | None = None,
-    steps: int = 200,
+    codes: torch.Tensor | None = None,
+    steps: int = 400,
     lr: float = 1e-2,
     batch_size: int = 64,
 ) -> training.Run:
-    """A copy of `model` whose g1 is frozen and whose c1 is drawn afresh and trained alone: run
-    `run` of the decisions that g1 can carry. On plain cross-entropy, or, with `penalty`
-    (lambda) > 0, a c1 that seeks robustness: the Siamese penalty moved to the only place c1
-    can act, its output, L = CE(f1(x), y) + lambda ||f1(x) - f1(x~)||^2 with x~ the oracle's
-    twin of x (its `ignored` features redrawn). Its initial c1 and batches follow
-    (seed, DECISIONS + run), its twins (seed, DECISION_TWINS + run); the original model is left
-    as it was."""
+    """One decision of `retrain_decisions`: a copy of `model` whose g1 is frozen and whose c1
+    is drawn afresh and trained alone, by `recipe` with weight `weight`."""
+    (found,) = retrain_decisions(
+        model,
+        x,
+        y,
+        seed=seed,
+        run=run,
+        recipe=recipe,
+        weights=(weight,),
+        ignored=ignored,
+        codes=codes,
+        steps=steps,
+        lr=lr,
+        batch_size=batch_size,
+    )
+    return found
+
+
+def retrain_decisions(
+    model: torch.nn.Module,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    *,
+    seed: int,
+    run: int,
+    recipe: str = "plain",
+    weights=(0.0,),
+    ignored: torch.Tensor | None = None,
+    codes: torch.Tensor | None = None,
+    steps: int = 400,
+    lr: float = 1e-2,
+    batch_size: int = 64,
+) -> list[training.Run]:
+    """Copies of `model` whose g1 is frozen and whose c1 (a linear layer) is drawn afresh and
+    trained alone, one for each weight lambda in `weights`: run `run` of the decisions that g1
+    can carry. `recipe` says how c1 is trained:
+
+    - "plain": cross-entropy, a c1 that does not try to be robust (weight 0);
+    - "siamese": the Siamese penalty moved to the only place c1 can act, its output,
+      CE(f1(x), y) + lambda ||f1(x) - f1(x~)||^2, x~ the input with its `ignored` features
+      redrawn (`redraw_ignored`);
+    - "twins": CE(f1(x), y) + lambda CE(f1(x~), y), trained on the same twins;
+    - "adversarial": CE(f1(x), y) + lambda CE(f1(x*), y), x* the input with the worst of
+      `codes` (for this c1) pasted into its `ignored` features, as `worst_code` chooses it.
+
+    Every recipe is this module's own code: no mutant of the mechanism reaches a c1 on a g1 it
+    did not train. Each weight's c1 starts from the same initial weights and sees the same
+    batches and twins, as its own run would: the initial c1 and the batches follow
+    (seed, DECISIONS + run), the twins (seed, DECISION_TWINS + run). The c1s of the grid train
+    together (`together`: one forward and backward an update for all of them, g1 computed once
+    for all); each is its own run to float rounding. The original model is left as it was."""
     checks.integer("seed", seed, 0)
     checks.integer("run", run, 0)
-    penalty = checks.number("penalty", penalty, 0.0)
-    if penalty > 0 and ignored is None:
-        raise ValueError("a penalty needs `ignored`: the features the oracle does not use")
-    new = copy.deepcopy(model)
-    for parameter in new.g.parameters():
+    checks.one_of("recipe", recipe, DECISION_RECIPES)
+    weights = [checks.number("weight", w, 0.0) for w in weights]
+    if not weights or any((recipe == "plain") != (w == 0) for w in weights):
+        raise ValueError(
+            f"weights must be 0 for the plain recipe and > 0 for the others; got {weights}"
+        )
+    if recipe != "plain" and ignored is None:
+        raise ValueError("a robustness-seeking c1 needs `ignored`: the features the oracle ignores")
+    if recipe == "adversarial" and codes is None:
+        raise ValueError("the adversarial recipe needs `codes`: the values its examples paste")
+    frozen = copy.deepcopy(model)
+    for parameter in frozen.parameters():
         parameter.requires_grad_(False)
     stream = training.generator(seed, DECISIONS + run)
     redraw = training.generator(seed, DECISION_TWINS + run)
     with training.seeded(int(torch.randint(2**31, (1,), generator=stream))):
-        new.c = torch.nn.Linear(new.c.in_features, new.c.out_features)
+        first = torch.nn.Sequential(torch.nn.Linear(frozen.c.in_features, frozen.c.out_features))
+    stack = together.stack([copy.deepcopy(first) for _ in weights])
+    weight = torch.tensor(weights)
+    batches = minibatches(len(x), batch_size, stream)
 
-    def robust(index: torch.Tensor) -> torch.Tensor:
+    def decide(inputs: torch.Tensor) -> torch.Tensor:
+        # every c1 on the frozen g1: logits (K, N, C)
+        return stack.on_all(frozen.features(inputs))
+
+    def seeking(index, logits) -> torch.Tensor:
         # lambda ||c1(g1(x)) - c1(g1(x~))||^2: g1 is frozen, so only c1 can make them agree
-        twin = oracle_robustness.oracle_twin(x[index], ignored, redraw)
-        return penalty * (new(x[index]) - new(twin)).pow(2).sum(-1).mean()
+        twin = redraw_ignored(x[index], ignored, redraw)
+        return (logits - decide(twin)).pow(2).sum(-1).mean(-1)
 
-    history = training.train_classifier(
-        new,
-        y,
-        torch.optim.Adam(new.c.parameters(), lr=lr),
+    def on_twins(index, logits) -> torch.Tensor:
+        # CE(c1(g1(x~)), y): c1 trained on the twins as well
+        return together.cross_entropy(decide(redraw_ignored(x[index], ignored, redraw)), y[index])
+
+    def adversarial(index, logits) -> torch.Tensor:
+        # CE(c1(g1(x*)), y): c1 trained on its worst pasted code as well
+        return together.cross_entropy(
+            worst_logits(decide, x[index], y[index], ignored, codes), y[index]
+        )
+
+    terms = {"siamese": seeking, "twins": on_twins, "adversarial": adversarial}
+
+    def losses_of_update(_: int) -> torch.Tensor:
+        index = next(batches)
+        logits = decide(x[index])
+        loss = together.cross_entropy(logits, y[index])
+        return loss if recipe == "plain" else loss + weight * terms[recipe](index, logits)
+
+    histories = together.train(
+        stack,
+        together.Adam(stack.parameters(), lr=lr),
+        losses_of_update,
         steps,
-        batches=minibatches(len(x), batch_size, stream),
-        logits_of=lambda index: new(x[index]),
-        extra_loss=robust if penalty > 0 else None,
         desc="c1",
     )
-    return training.Run(new, history)
+    found = []
+    for k, history in enumerate(histories):
+        new = copy.deepcopy(frozen)
+        new.c = stack.member(k)[0]
+        found.append(training.Run(new, history))
+    return found
+
+
+def worst_logits(decide, x, y, ignored, codes) -> torch.Tensor:
+    """Each decision's logits (K, N, C) on x with the one of `codes` pasted into its `ignored`
+    features that gives that decision its largest cross-entropy on y (`worst_code` for K
+    decisions at once; `decide` maps inputs (N, D) to logits (K, N, C))."""
+    pasted = x.unsqueeze(0).repeat(len(codes), 1, 1)
+    pasted[:, :, ignored] = codes.to(x.dtype).unsqueeze(1)
+    logits = decide(pasted.flatten(0, 1))  # (K, V N, C)
+    logits = logits.view(logits.shape[0], len(codes), len(x), -1)  # (K, V, N, C)
+    with torch.no_grad():
+        each = F.cross_entropy(
+            logits.flatten(0, 2), y.repeat(logits.shape[0] * len(codes)), reduction="none"
+        ).view(logits.shape[:3])
+        worst = each.argmax(1)  # (K, N): the worst code of each decision, per input
+    return logits.gather(1, worst[:, None, :, None].expand(-1, 1, -1, logits.shape[-1]))[:, 0]
 
 
 # -- measurements ---------------------------------------------------------------------------------
@@ -384,6 +549,31 @@ def shift_per_input(
         to_twin = (g - model.features(twin)).pow(2).sum(-1)
         to_other = (g - model.features(other)).pow(2).sum(-1).mean()
     return to_twin / to_other if to_other > 0 else torch.zeros_like(to_twin)
+
+
+def shift_at_values(
+    model: torch.nn.Module,
+    x: torch.Tensor,
+    ignored: torch.Tensor,
+    values: torch.Tensor,
+    generator: torch.Generator,
+) -> torch.Tensor:
+    """`shift_per_input` at the attack's values instead of a random twin, per input (N,): the
+    largest ||g1(x_n) - g1(x_n^v)||^2 over the rows v of `values` written into the ignored
+    features (each class's code, the pasting search's candidates), over the mean of
+    ||g1(x) - g1(x_pi)||^2. The theorem's condition is a supremum over the inputs the oracle
+    holds together; this is its largest value over the points the attack tries."""
+    checks.tensor("x", x, "(N, D)", dtype="floating")
+    with training.evaluating(model):
+        other = x[torch.randperm(len(x), generator=generator)]
+        g = model.features(x)
+        to_other = (g - model.features(other)).pow(2).sum(-1).mean()
+        largest = torch.zeros(len(x))
+        for value in values:
+            pasted = x.clone()
+            pasted[:, ignored] = value.to(x.dtype)
+            largest = torch.maximum(largest, (g - model.features(pasted)).pow(2).sum(-1))
+    return largest / to_other if to_other > 0 else torch.zeros_like(largest)
 
 
 def representation_shift(

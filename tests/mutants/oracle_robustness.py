@@ -1,9 +1,10 @@
 """Broken variants of the oracle-robustness mechanisms (papernotes.oracle_robustness).
 
 Each function patches the mechanism module in place; the chapter, run with the patch, must stop
-on its claim check, and no null of its claims may move (the nulls are trained and attacked by
-the experiment's own code). The attack looks `_attack` up in the module's globals when it runs,
-`oracle_twin` looks up `_oracle_twin` there, and the experiment's training loop
+on its claim check, and no null of its claims may move (the nulls are built, trained and
+attacked by the experiment's own code). The attack looks `_attack` up in the module's globals
+when it runs, `attack_by_values` looks up `_attack_by_values`, `oracle_twin` looks up
+`_oracle_twin` there, and the experiment's training loop
 (papernotes.oracle_robustness.experiment) calls `oracle_robustness.siamese_penalty` and
 `oracle_robustness.oracle_twin` through the module at every update, so they see the patch.
 
@@ -70,10 +71,34 @@ def twin_redraws_the_oracle_features():
     m._oracle_twin = _oracle_twin
 
 
+def twin_keeps_the_input():
+    """The oracle twin is the input itself: nothing is redrawn, so the Siamese term is always 0
+    and (iii) trains as (i) does."""
+
+    def _oracle_twin(x, ignored, generator, low, high):
+        return x.clone()
+
+    m._oracle_twin = _oracle_twin
+
+
+def search_skips_the_codes():
+    """The pasting search writes its candidates and never reports a change: only the gradient
+    attack is left to measure (iii), a weaker attack than the nulls face."""
+    search = m._attack_by_values
+
+    def _attack_by_values(model, x, mask, values):
+        found = search(model, x, mask, values)
+        return m.Attack(x.clone(), torch.zeros_like(found.flipped))
+
+    m._attack_by_values = _attack_by_values
+
+
 MUTANTS = [
     attack_ignores_its_mask,
     attack_descends_the_loss,
     siamese_penalty_with_the_wrong_sign,
     siamese_penalty_on_the_same_input,
     twin_redraws_the_oracle_features,
+    twin_keeps_the_input,
+    search_skips_the_codes,
 ]
