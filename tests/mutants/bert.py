@@ -90,6 +90,18 @@ def mask_never_applied():
     m.mask_tokens = mask_tokens
 
 
+def labels_are_the_corrupted_inputs():
+    """The labels at the selected positions are the corrupted inputs, not the original tokens:
+    the masked LM learns to copy what it sees ([MASK] too); the masks' shares stay right."""
+    original = m.mask_tokens
+
+    def mask_tokens(tokens, *args, **kwargs):
+        inputs, labels = original(tokens, *args, **kwargs)
+        return inputs, torch.where(labels == m.IGNORE, labels, inputs)
+
+    m.mask_tokens = mask_tokens
+
+
 MUTANTS = [
     causal_mask_in_the_bidirectional_encoder,
     no_mask_in_the_left_to_right_encoder,
@@ -97,4 +109,5 @@ MUTANTS = [
     loss_on_every_position,
     random_tokens_only,
     mask_never_applied,
+    labels_are_the_corrupted_inputs,
 ]
