@@ -742,3 +742,40 @@ def test_generate_shapes_draws_the_windows_its_docstring_describes():
     assert data.masks.dtype == torch.int64
     assert torch.allclose(data.images[:, 0], images, atol=1e-6)
     assert data.images.shape == (n, 1, size, size)
+
+
+def test_each_rate_falls_linearly_and_a_diverging_rate_stops_while_the_others_go_on(monkeypatch):
+    data = experiment.generate_shapes(8, generator=gen(98))
+    sample = experiment.sample_pixels(
+        experiment.untrained(seed=6), data, ["conv1", "gap"], 400, generator=gen(99)
+    )
+    seen = []
+    plain_train = experiment.train
+
+    def recording_train(modules, optimizer, loss_of_update, steps, **options):
+        def recorded(i):
+            loss = loss_of_update(i)
+            seen.append([group["lr"] for group in optimizer.param_groups])
+            return loss
+
+        return plain_train(modules, optimizer, recorded, steps, **options)
+
+    monkeypatch.setattr(experiment, "train", recording_train)
+    options = {"grid": 2, "seed": 0, "steps": 4, "batch_size": 100}
+    experiment.train_pixel_classifiers(sample, [0.01, 0.1], decay=True, **options)
+    assert seen == [[pytest.approx(lr * (1 - i / 4)) for lr in (0.01, 0.1)] for i in range(4)]
+    seen.clear()
+    experiment.train_pixel_classifiers(sample, [0.01, 0.1], decay=False, **options)
+    assert seen == [[0.01, 0.1]] * 4
+    # A rate that diverges first in the list: its group's rate is 0 from then on, and the rate
+    # after it trains exactly as it would alone.
+    seen.clear()
+    diverging, kept = experiment.train_pixel_classifiers(sample, [1e30, 0.01], **options)[0]
+    assert seen[-1] == [0.0, 0.01]
+    alone = experiment.train_pixel_classifiers(sample, [0.01], **options)[0][0]
+    for a, b in zip(kept.parameters(), alone.parameters(), strict=True):
+        assert torch.equal(a, b)
+        assert not a.requires_grad
+    features = sample.features[:5]
+    mix = torch.full((5, 4), 0.25)
+    assert kept.at_pixels(features, mix, None).shape == (5, 2)  # figure and ground
