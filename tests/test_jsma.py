@@ -86,6 +86,39 @@ def test_decreasing_saliency_turns_both_conditions_over():
     assert torch.equal(s, torch.tensor([[1.0 * 1.5, 0.0]]))
 
 
+def test_the_saliency_map_is_the_papers_equation_at_values_inside_zero_and_one():
+    # The paper's S(X, t), written out feature by feature, at derivatives of size below 1 (a
+    # threshold of 1 in place of 0 would keep features the conditions reject).
+    d_t = torch.tensor([0.3, 0.6, -0.4, -0.2, 0.5])
+    d_o = torch.tensor([-0.5, 0.4, 0.7, -0.3, 0.0])
+    jacobian = torch.stack([d_t, d_o, torch.zeros(5)])[None]  # class 0 the target
+    expected = {True: [], False: []}
+    for t, o in zip(d_t.tolist(), d_o.tolist(), strict=True):
+        expected[True].append(0.0 if t < 0 or o > 0 else t * abs(o))
+        expected[False].append(0.0 if t > 0 or o < 0 else abs(t) * o)
+    for increase in (True, False):
+        s = jsma.saliency_map(jacobian, torch.tensor([0]), increase=increase)
+        assert torch.allclose(s[0], torch.tensor(expected[increase]))
+    assert expected[True][0] > 0 and expected[False][2] > 0  # each direction keeps a feature
+
+
+def test_pair_scores_are_the_papers_conditions_on_alpha_and_beta():
+    # -alpha * beta where alpha > 0 and beta < 0 (raising) or alpha < 0 and beta > 0 (lowering),
+    # 0 elsewhere, on the diagonal and outside the domain; sums of size below 1 on purpose.
+    # Pairs (0, 1) and (2, 3) pass one condition of each direction only.
+    d_t = torch.tensor([[0.3, 0.2, -0.45, -0.1, 0.5]])
+    d_o = torch.tensor([[-0.2, 0.3, 0.35, -0.4, 0.1]])
+    domain = torch.tensor([[True, True, True, True, False]])
+    for increase in (True, False):
+        scores = jsma.pair_scores(d_t, d_o, domain, increase)
+        for p, q in itertools.product(range(5), repeat=2):
+            alpha, beta = (d_t[0, p] + d_t[0, q]).item(), (d_o[0, p] + d_o[0, q]).item()
+            passes = alpha > 0 and beta < 0 if increase else alpha < 0 and beta > 0
+            keep = p != q and domain[0, p] and domain[0, q] and passes
+            assert scores[0, p, q].item() == pytest.approx(-alpha * beta if keep else 0.0)
+        assert (scores > 0).any()  # each direction has an admissible pair here
+
+
 def test_saliency_map_rejects_a_target_out_of_range():
     with pytest.raises(ValueError, match="target must hold class indices"):
         jsma.saliency_map(HAND, torch.tensor([3]))
@@ -197,6 +230,25 @@ def test_a_smaller_budget_is_the_first_steps_of_a_larger_one(trained, theta):
         for budget in (0.5, 0.1)
     ]
     assert torch.equal(jsma.success_within(rnd[0], 0.1), rnd[1].success)
+    # the nulls' own reading, which the chapter uses for them, agrees with direct runs too
+    for rule in experiment.NULL_RULES:
+        runs = [
+            experiment.null_attack(model, x, target, theta, budget, rule=rule, generator=gen(4))
+            for budget in (0.5, 0.1)
+        ]
+        assert torch.equal(experiment.null_success_within(runs[0], 0.1), runs[1].success)
+
+
+def test_the_nulls_reading_needs_no_mechanism(trained, monkeypatch):
+    # A broken success_within in the mechanism must not move the nulls' reading of the budget.
+    model, x, target = trained
+    attack = experiment.null_attack(model, x, target, 1.0, 0.5, rule="target alone")
+    expected = attack.success & (attack.changed <= 0.25 + 1e-6)
+    monkeypatch.setattr(jsma, "success_within", lambda *a, **k: 1 / 0)
+    assert torch.equal(experiment.null_success_within(attack, 0.25), expected)
+    assert not expected.all() and expected.any()
+    with pytest.raises(ValueError, match="max_distortion"):
+        experiment.null_success_within(attack, 0.0)
 
 
 def test_random_pairs_keep_the_same_budget_and_follow_their_generator(trained):
@@ -265,6 +317,15 @@ def test_hardness_is_the_area_under_distortion_against_success_from_zero():
     assert jsma.hardness([0.2, 0.2], [0.1, 0.4], strip=False) == 0.0
     with pytest.raises(ValueError, match="not decrease"):
         jsma.hardness([0.5, 0.4], [0.1, 0.1])
+
+
+def test_hardness_sums_every_trapezoid_of_a_longer_curve():
+    # Four budgets: the strip 0.2 * 0.1, then trapezoids (0.5 - 0.2)(0.1 + 0.2)/2,
+    # (0.7 - 0.5)(0.2 + 0.4)/2 and (1.0 - 0.7)(0.4 + 0.3)/2.
+    tau, eps = [0.2, 0.5, 0.7, 1.0], [0.1, 0.2, 0.4, 0.3]
+    trapezoids = 0.3 * 0.3 / 2 + 0.2 * 0.6 / 2 + 0.3 * 0.7 / 2
+    assert jsma.hardness(tau, eps, strip=False) == pytest.approx(trapezoids)
+    assert jsma.hardness(tau, eps) == pytest.approx(trapezoids + 0.2 * 0.1)
 
 
 def test_robustness_is_the_smallest_mean_distance_over_targets():
@@ -360,6 +421,11 @@ def test_pair_hardness_is_the_area_over_the_budgets():
         0.25 * 0.125 + 0.25 * 0.375 / 2
     )
     assert experiment.pair_hardness(attack, [0.05, 0.1], slice(None)) == 0.0
+    # per unit of success reached: divided by the last budget's success rate, 2/4
+    assert experiment.pair_hardness(
+        attack, [0.1, 0.25, 0.5], slice(None), per_success=True
+    ) == pytest.approx((0.25 * 0.125 + 0.25 * 0.375 / 2) / 0.5)
+    assert math.isnan(experiment.pair_hardness(attack, [0.05, 0.1], slice(None), per_success=True))
 
 
 def test_the_paired_difference_has_a_clustered_standard_error():

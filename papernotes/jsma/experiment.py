@@ -124,18 +124,34 @@ def distortion(attack: jsma.Attack, budget: float, rows=slice(None)) -> float:
     return attack.changed[rows][succeeded].mean().item() if succeeded.any() else math.nan
 
 
-def pair_hardness(attack: jsma.Attack, budgets: list[float], rows, strip: bool = True) -> float:
+def pair_hardness(
+    attack: jsma.Attack,
+    budgets: list[float],
+    rows,
+    strip: bool = True,
+    per_success: bool = False,
+) -> float:
     """H(s, t) of the attacks of `rows` over the increasing `budgets` (a budget with no success
     yet contributes a distortion of 0, which `jsma.hardness` skips), with the book's strip below
-    the first success rate or, `strip=False`, the paper's trapezoids alone."""
-    return jsma.hardness(
-        [success_rate(attack, b, rows) for b in budgets],
+    the first success rate or, `strip=False`, the paper's trapezoids alone.
+
+    `per_success=True` divides H by the success rate at the last budget: the area per unit of
+    success reached, the mean distortion along the curve. In the paper every curve ends near a
+    success of 1, where the two agree; here some cells stop far short, and their area alone would
+    read them as easy. A cell with no success has no such value (NaN)."""
+    rates = [success_rate(attack, b, rows) for b in budgets]
+    area = jsma.hardness(
+        rates,
         [
-            distortion(attack, b, rows) if success_rate(attack, b, rows) > 0 else 0.0
-            for b in budgets
+            distortion(attack, b, rows) if r > 0 else 0.0
+            for b, r in zip(budgets, rates, strict=True)
         ],
         strip=strip,
     )
+    if not per_success:
+        return area
+    # H / tau_K: the area per unit of the success the curve reaches
+    return area / rates[-1] if rates[-1] > 0 else math.nan
 
 
 def per_class_pair(
@@ -300,6 +316,17 @@ def null_attack(
             success[rows] = model(moved).argmax(1) == target[rows]
         active[rows] = found & ~success[rows] & (domain[rows].sum(1) >= 2)
     return jsma.Attack(x_adv, success, (x_adv != x).float().mean(-1))
+
+
+def null_success_within(attack: jsma.Attack, max_distortion: float) -> torch.Tensor:
+    """Which attacks of a null (a run of `null_attack` at a larger budget) succeed within
+    `max_distortion`: those that succeeded having changed at most that fraction of their
+    features. The nulls' reading, written apart from `jsma.success_within` so that a broken
+    mechanism cannot move it (each step of a null changes exactly its two features at theta =
+    +1 or -1, so a smaller budget's run is the first steps of a larger one)."""
+    checks.number("max_distortion", max_distortion, 0.0, 1.0, low_open=True)
+    # the budget's features, with room for the rounding of a fraction of M
+    return attack.success & (attack.changed <= max_distortion + 1e-6)
 
 
 # -- choosing the budget on validation, and the reliability of hardness ---------------------------
