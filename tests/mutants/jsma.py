@@ -72,9 +72,22 @@ def runs_past_its_target():
     m._attack = _attack
 
 
+def weakest_admissible_pair_first():
+    """The pair search takes the admissible pair with the smallest -alpha * beta instead of the
+    largest (the scores of the pairs that pass both conditions inverted)."""
+    scores_of = m.pair_scores
+
+    def pair_scores(d_target, d_others, domain, increase):
+        scores = scores_of(d_target, d_others, domain, increase)
+        return torch.where(scores > 0, 1 / scores.clamp_min(1e-30), 0.0)
+
+    m.pair_scores = pair_scores
+
+
 MUTANTS = [
     saliency_on_softmax_probabilities,
     other_classes_need_not_oppose,
     saturated_features_stay_in_the_domain,
     runs_past_its_target,
+    weakest_admissible_pair_first,
 ]
