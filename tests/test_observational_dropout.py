@@ -229,7 +229,7 @@ def test_training_follows_the_seed_and_an_unconsulted_model_is_never_moved():
 
 
 def test_the_predictor_is_the_same_network_trained_to_predict_and_learns_to():
-    env = experiment.Pendulum()
+    env = experiment.Pendulum(noise=0.02)  # gentle kicks: the error left is the model's own
     model = experiment.train_predictor(seed=0, env=env, hidden=H, updates=150)
     assert model.shape == (1, od.n_params(H) - 3)
     states, actions, next_states = experiment.transitions(1000, env, gen(11))
@@ -276,6 +276,134 @@ def test_a_deployed_controller_always_sees_the_real_pendulum():
         state = env.step(state, action, noise[..., t, 0])
         expected.append(state[..., 0].pow(2))
     assert torch.allclose(costs, torch.stack(expected, -1).mean(-1))
+
+
+# -- the stronger nulls: the blind agent, the free pendulum, the double integrator ----------------
+
+
+def test_the_blind_agent_is_the_mechanism_at_p_zero_by_code_of_its_own():
+    env = experiment.Pendulum()
+    start, noise = episodes()
+    params = agents()
+    never = torch.zeros(3, 6, env.steps, dtype=torch.bool)
+    costs, _, _ = od.rollout(params, H, env, start, noise, never)
+    blind = experiment.blind_rollout(params, H, env, start, noise)
+    assert torch.allclose(blind, costs, atol=1e-6)
+    # it acts on M's chain, not on the real state: with a peek at every step it would differ
+    always = torch.ones(3, 6, env.steps, dtype=torch.bool)
+    assert not torch.allclose(blind, od.rollout(params, H, env, start, noise, always)[0])
+    shown = experiment.costs_of_blind_agents(params, hidden=H, env=env, start=start, noise=noise)
+    assert torch.allclose(shown, blind.mean(-1))
+
+
+def test_the_free_pendulum_forecast_ignores_the_action_and_the_kick():
+    env = experiment.Pendulum()
+    states, _, next_states = experiment.transitions(50, env, gen(13))
+    theta, velocity = states[..., 0], states[..., 1]
+    # v' = v - dt omega^2 theta; theta' = theta + dt v'
+    v = velocity - env.dt * env.omega**2 * theta
+    guess = torch.stack([theta + env.dt * v, v], -1)
+    scale = torch.tensor([env.theta0, env.omega * env.theta0])
+    expected = ((guess - next_states) / scale).pow(2).sum(-1)
+    assert torch.allclose(experiment.free_pendulum_errors(env, states, next_states), expected)
+
+
+def test_action_responses_are_measured_against_the_pendulums():
+    env = experiment.Pendulum()
+    states, first, second = experiment.action_pairs(40, env, gen(14))
+    assert states.shape == (1, 40, 2) and first.shape == second.shape == (1, 40)
+    assert first.abs().max() <= env.u_max and not torch.equal(first, second)
+    scale = torch.tensor([env.theta0, env.omega * env.theta0])
+    # f(s, a1) - f(s, a2) = (dt^2 (a1 - a2), dt (a1 - a2))
+    d = first - second
+    real = torch.stack([env.dt**2 * d, env.dt * d], -1) / scale
+    blind = experiment.blind_response_errors(env, states, first, second)
+    assert torch.allclose(blind, real.pow(2).sum(-1))
+    identity = torch.zeros(1, od.n_params(H) - 3)  # responds to nothing: blind to the action
+    errors = experiment.response_errors(identity, H, env, states, first, second)
+    assert torch.allclose(errors, blind)
+    model = experiment.model_of(agents(b=2, seed=5), H)
+    guess = experiment.forward_model(model, H, states, first, env.dt)
+    guess = guess - experiment.forward_model(model, H, states, second, env.dt)
+    expected = (guess / scale - real).pow(2).sum(-1)
+    got = experiment.response_errors(model, H, env, states, first, second)
+    assert torch.allclose(got, expected, atol=1e-6)
+
+
+def test_an_agents_cost_is_read_off_the_real_pendulum():
+    env = experiment.Pendulum(steps=8)
+    start, noise = episodes(n=5, env=env)
+    params = agents(b=2, seed=8)
+    # at p = 1 the agent always sees the world: its cost is its controller's, deployed
+    seeing = experiment.costs_of_agents(
+        params, p=1.0, hidden=H, env=env, start=start, noise=noise, peek_gen=gen(1)
+    )
+    deployed = experiment.costs_of_controllers(params[:, :3], env=env, start=start, noise=noise)
+    assert torch.allclose(seeing, deployed, atol=1e-6)
+    # at p = 0.2 it is the mean squared angle of the states the roll-out went through
+    peeks = od.peek_mask(torch.full((1,), 0.2), 5, 8, gen(2)).expand(2, -1, -1)
+    _, states, _ = od.rollout(params, H, env, start, noise, peeks)
+    some = experiment.costs_of_agents(
+        params, p=0.2, hidden=H, env=env, start=start, noise=noise, peek_gen=gen(2)
+    )
+    assert torch.allclose(some, states[..., 0].pow(2).mean(-1))
+
+
+def test_the_sign_of_a_response_is_that_of_the_velocitys_change():
+    env = experiment.Pendulum()
+    states, first, second = experiment.action_pairs(60, env, gen(15))
+    identity = torch.zeros(1, od.n_params(H) - 3)
+    assert experiment.response_signs(identity, H, env, states, first, second).sum() == 0
+    model = experiment.model_of(agents(b=2, seed=7), H)
+    v1 = experiment.forward_model(model, H, states, first, env.dt)[..., 1]
+    v2 = experiment.forward_model(model, H, states, second, env.dt)[..., 1]
+    expected = ((v1 - v2) * (first - second) > 0).float()
+    got = experiment.response_signs(model, H, env, states, first, second)
+    assert torch.equal(got, expected) and 0 < got.sum() < got.numel()
+    pushed = torch.zeros(1, od.n_params(H) - 3)  # M = o + dt (0, a): the push itself
+    w1 = pushed[:, : 3 * H].view(1, 3, H)
+    w1[0, 2, 0] = 0.01  # the action's input to hidden unit 0, small enough for tanh to be linear
+    pushed[:, 4 * H : 6 * H].view(1, H, 2)[0, 0, 1] = 100.0
+    assert experiment.response_signs(pushed, H, env, states, first, second).mean() == 1.0
+
+
+def test_the_double_integrator_has_no_pendulum():
+    seen = torch.tensor([[[0.3, -0.5]]])
+    action = torch.tensor([[2.0]])
+    # v' = v + dt a; theta' = theta + dt v'
+    nxt = experiment.double_integrator(seen, action, 0.1)
+    assert torch.allclose(nxt, torch.tensor([[[0.3 + 0.1 * (-0.5 + 0.2), -0.5 + 0.2]]]))
+    env = experiment.Pendulum(steps=4)
+    start, _ = episodes(n=3, env=env)
+    controllers = torch.tensor([[0.3, -0.2, 0.1], [0.0, 0.0, 0.0]])
+    world = lambda s, a: experiment.double_integrator(s, a, env.dt)  # noqa: E731
+    costs = experiment.imagine_in(controllers, world, env, start)
+    seen, expected = start.expand(2, -1, -1), []
+    for _ in range(4):
+        k, b = controllers[:, :2], controllers[:, 2]
+        act = env.u_max * torch.tanh((seen * k[:, None]).sum(-1) + b[:, None])
+        seen = experiment.double_integrator(seen, act, env.dt)
+        expected.append(seen[..., 0].pow(2))
+    assert torch.allclose(costs, torch.stack(expected, -1))
+    scores = experiment.imagined_costs(controllers, world, env, start)
+    assert torch.allclose(scores, costs.mean((-2, -1)))
+    exploded = experiment.imagined_costs(controllers, lambda s, a: s * float("inf"), env, start)
+    assert torch.equal(exploded, torch.full((2,), 1e6))
+
+
+def test_on_policy_transitions_are_the_ones_the_agent_went_through():
+    env = experiment.Pendulum(steps=7)
+    start, noise = episodes(n=3, env=env)
+    agent = agents(b=1, seed=4)
+    peeks = torch.rand(1, 3, 7, generator=gen(6)) < 0.3
+    states, actions, nexts = experiment.on_policy_transitions(agent, H, env, start, noise, peeks)
+    _, real, seen = od.rollout(agent, H, env, start, noise, peeks)
+    assert torch.allclose(nexts, real.reshape(1, -1, 2), atol=1e-6)
+    before = torch.cat([start[:, :, None], real[..., :-1, :]], -2)
+    assert torch.allclose(states, before.reshape(1, -1, 2), atol=1e-6)
+    w = od.unpack(agent, H)
+    taken = od.controller(w, seen, env.u_max) + noise[..., 1]
+    assert torch.allclose(actions, taken.reshape(1, -1), atol=1e-6)
 
 
 # -- bad input ---------------------------------------------------------------------------------

@@ -10,15 +10,21 @@ imagined, and deployed in the real pendulum.
 
 The mechanism is `papernotes.observational_dropout`, called through the module so that a
 patched mechanism (tests/mutants/observational_dropout.py) reaches every agent trained with
-observational dropout. The baselines, the agents without a world model (holding, zeros,
-shrinking the last observation), the network trained to predict and the imagination in which
-controllers are searched, are computed by this module's own code, which no mutant reaches.
+observational dropout; the agents' costs are read off the real states the roll-out went
+through, by this module's code. The baselines, the agents without a world model (holding,
+zeros, shrinking the last observation), the blind agent (its own world model, never a peek after
+the start), the network trained to predict, the exact pendulum blind to the action, the double
+integrator and the imagination in which controllers are searched, are computed by this module's
+own code, which no mutant reaches.
 
 Entry points check their arguments (`Pendulum`, `evolve`, `Search`, `train_agents`,
-`train_rule_agents`, `initial_rules`, `train_predictor`, `train_in_imagination`,
-`costs_of_agents`, `costs_of_rules`, `costs_of_controllers`, `transitions`, `one_step_errors`,
-`dream_and_reality`, `study`, `beats_by`); `rule_rollout`, `forward_model`, `imagine` and
-`hold_errors` are their unchecked cores.
+`train_rule_agents`, `train_blind_agents`, `initial_rules`, `train_predictor`,
+`train_in_imagination`, `train_in_double_integrator`, `costs_of_agents`, `costs_of_rules`,
+`costs_of_blind_agents`, `costs_of_controllers`, `transitions`, `action_pairs`,
+`one_step_errors`, `response_errors`, `response_signs`, `on_policy_transitions`,
+`dream_and_reality`, `study`, `beats_by`); `rule_rollout`, `blind_rollout`, `forward_model`,
+`imagine`, `imagine_in`, `imagined_costs`, `search_inside`, `double_integrator`, `hold_errors`,
+`free_pendulum_errors` and `blind_response_errors` are their unchecked cores.
 """
 
 from __future__ import annotations
@@ -51,10 +57,10 @@ class Pendulum:
     omega: float = 3.0
     dt: float = 0.1
     u_max: float = 4.0
-    noise: float = 0.02
+    noise: float = 0.15
     explore: float = 2.5
     theta0: float = 0.5
-    steps: int = 30
+    steps: int = 45
 
     def __post_init__(self):
         checks.number("omega", self.omega, 0.0, low_open=True)
@@ -110,7 +116,10 @@ def evolve(
     """
     r, p = checks.tensor("mean", mean, "(R, P)", dtype="floating").values()
     checks.tensor("lrs", lrs, "(R)", R=r, dtype="floating")
-    generations, pairs = checks.integer("generations", generations), checks.integer("pairs", pairs)
+    generations, pairs = (
+        checks.integer("generations", generations),
+        checks.integer("pairs", pairs),
+    )
     sigma = checks.number("sigma", sigma, 0.0, low_open=True)
     mask = torch.ones(r, p) if mask is None else mask
     checks.tensor("mask", mask, "(R, P)", R=r, P=p)
@@ -207,16 +216,71 @@ def train_agents(
 
 
 def costs_of_agents(params, *, p: float, hidden: int, env: Pendulum, start, noise, peek_gen):
-    """The cost of each agent (R, P) on given episodes, at peek probability `p`: (R, E)."""
+    """The cost of each agent (R, P) on given episodes, at peek probability `p`: (R, E), read
+    off the real states the roll-out went through by this module's own code (the pendulum's
+    squared angle), not off the costs the mechanism reports."""
     p = checks.number("p", p, 0.0, 1.0)
     r = checks.tensor("params", params, "(R, P)", dtype="floating")["R"]
     e = start.shape[1]
     peeks = observational_dropout.peek_mask(torch.full((1,), p), e, env.steps, peek_gen)
     with torch.no_grad():
-        costs, _, _ = observational_dropout.rollout(
+        _, states, _ = observational_dropout.rollout(
             params, hidden, env, start, noise, peeks.expand(r, -1, -1)
         )
-    return costs.mean(-1)
+    return env.cost(states).mean(-1)
+
+
+# -- the blind agents: a world model searched on the task, never a peek after the start ------------
+
+
+def blind_rollout(params, hidden: int, env: Pendulum, start, noise) -> torch.Tensor:
+    """Agents (B, P), C and M as the mechanism's, that never see the pendulum after the start
+    (the agent of p = 0), by code of their own: they act on M's chain from the start, whatever
+    happens. Returns per-step costs (B, E, T)."""
+    k, b, model = params[:, :2], params[:, 2], params[:, 3:]
+    state = seen = start.expand(params.shape[0], -1, -1)
+    costs = []
+    for i in range(noise.shape[-2]):
+        # a_t = u_max tanh(k . o^_t + b) + eps_t; o^_{t+1} = M(o^_t, a_t), never the real o_{t+1}
+        action = env.u_max * torch.tanh((seen * k[:, None]).sum(-1) + b[:, None])
+        action = action + noise[..., i, 1]
+        state = env.step(state, action, noise[..., i, 0])
+        seen = forward_model(model, hidden, seen, action, env.dt)
+        costs.append(env.cost(state))
+    return torch.stack(costs, -1)
+
+
+def train_blind_agents(
+    lrs, *, seed: int, env: Pendulum, hidden: int = 8, search: Search | None = None
+) -> torch.Tensor:
+    """Search blind agents (C and M together, from the agents' start) with the ES step sizes
+    `lrs`, on the same episodes and with the same strategy as `train_agents`; returns (R, P)."""
+    _, lrs = _runs([0.0] * len(lrs), lrs)
+    search = Search() if search is None else search
+    episodes = generator(seed, EPISODES)
+
+    def cost_of(population, i):
+        start, noise = env.episodes(search.episodes, episodes)
+        members = population.shape[1]
+        costs = blind_rollout(_flat(population), hidden, env, start, noise)
+        return costs.mean((-2, -1)).reshape(len(lrs), members)
+
+    return evolve(
+        cost_of,
+        initial_agents(len(lrs), hidden, seed),
+        lrs,
+        generations=search.generations,
+        pairs=search.pairs,
+        sigma=search.sigma,
+        gen=generator(seed, SEARCH),
+    )
+
+
+def costs_of_blind_agents(params, *, hidden: int, env: Pendulum, start, noise) -> torch.Tensor:
+    """The cost of each blind agent (R, P) on given episodes: (R, E)."""
+    checks.tensor("params", params, "(R, P)", dtype="floating")
+    with torch.no_grad():
+        return blind_rollout(params, hidden, env, start, noise).mean(-1)
 
 
 # -- the baselines: the same controller, no world model --------------------------------------------
@@ -351,8 +415,97 @@ def hold_errors(env: Pendulum, states, next_states) -> torch.Tensor:
     return ((states - next_states) / scale).pow(2).sum(-1)
 
 
+def free_pendulum_errors(env: Pendulum, states, next_states) -> torch.Tensor:
+    """The same error for the exact pendulum that ignores the action (and the kick): the
+    forecast of a model that knows the physics and not what a push does, (1, n)."""
+    scale = torch.tensor([env.theta0, env.omega * env.theta0])
+    guess = env.step(states, torch.zeros_like(states[..., 0]), torch.zeros_like(states[..., 0]))
+    return ((guess - next_states) / scale).pow(2).sum(-1)
+
+
+def action_pairs(n: int, env: Pendulum, gen: torch.Generator):
+    """`n` states from the region the pendulum swings in and two uniform actions each in
+    [-u_max, u_max]: (1, n, 2), (1, n), (1, n)."""
+    n = checks.integer("n", n)
+    scale = torch.tensor([env.theta0, env.omega * env.theta0])
+    states = (2 * torch.rand(1, n, 2, generator=gen) - 1) * scale
+    actions = env.u_max * (2 * torch.rand(2, 1, n, generator=gen) - 1)
+    return states, actions[0], actions[1]
+
+
+def response_errors(model, hidden: int, env: Pendulum, states, first, second) -> torch.Tensor:
+    """How far each model's (R, P - 3) response to a change of action, M(s, a1) - M(s, a2), is
+    from the pendulum's, f(s, a1) - f(s, a2) = (dt^2 (a1 - a2), dt (a1 - a2)): the squared
+    distance, channels scaled as in `one_step_errors`, (R, n). A model blind to the action
+    responds with zero."""
+    checks.tensor("model", model, "(R, M)", dtype="floating")
+    n = checks.tensor("states", states, "(1, N, 2)", dtype="floating")["N"]
+    checks.tensor("first", first, "(1, N)", N=n, dtype="floating")
+    checks.tensor("second", second, "(1, N)", N=n, dtype="floating")
+    scale = torch.tensor([env.theta0, env.omega * env.theta0])
+    zero = torch.zeros_like(first)
+    real = env.step(states, first, zero) - env.step(states, second, zero)
+    with torch.no_grad():
+        guess = forward_model(model, hidden, states, first, env.dt)
+        guess = guess - forward_model(model, hidden, states, second, env.dt)
+    return ((guess - real) / scale).pow(2).sum(-1)
+
+
+def response_signs(model, hidden: int, env: Pendulum, states, first, second) -> torch.Tensor:
+    """Whether each model's (R, P - 3) velocity response to a change of action has the sign of
+    the pendulum's, dt (a1 - a2): 1.0 where it has, 0.0 elsewhere (a zero response included),
+    (R, n)."""
+    checks.tensor("model", model, "(R, M)", dtype="floating")
+    n = checks.tensor("states", states, "(1, N, 2)", dtype="floating")["N"]
+    checks.tensor("first", first, "(1, N)", N=n, dtype="floating")
+    checks.tensor("second", second, "(1, N)", N=n, dtype="floating")
+    with torch.no_grad():
+        guess = forward_model(model, hidden, states, first, env.dt)
+        guess = guess - forward_model(model, hidden, states, second, env.dt)
+    return (guess[..., 1] * (first - second) > 0).float()
+
+
+def blind_response_errors(env: Pendulum, states, first, second) -> torch.Tensor:
+    """The same error for a model blind to the action, whose response is zero, (1, n)."""
+    scale = torch.tensor([env.theta0, env.omega * env.theta0])
+    zero = torch.zeros_like(first)
+    real = env.step(states, first, zero) - env.step(states, second, zero)
+    return (real / scale).pow(2).sum(-1)
+
+
+def on_policy_transitions(agent, hidden: int, env: Pendulum, start, noise, peeks):
+    """The real transitions an agent (1, P) went through on given episodes at a peek pattern
+    (1, E, T): states, the actions it took and the next states, (1, E T, 2), (1, E T) and
+    (1, E T, 2), by code of their own (the mechanism's roll-out, written out)."""
+    checks.tensor("agent", agent, "(1, P)", dtype="floating")
+    k, b, model = agent[:, :2], agent[:, 2], agent[:, 3:]
+    state = seen = start
+    states, actions, nexts = [], [], []
+    with torch.no_grad():
+        for i in range(noise.shape[-2]):
+            action = env.u_max * torch.tanh((seen * k[:, None]).sum(-1) + b[:, None])
+            action = action + noise[..., i, 1]
+            states.append(state)
+            actions.append(action)
+            state = env.step(state, action, noise[..., i, 0])
+            nexts.append(state)
+            guess = forward_model(model, hidden, seen, action, env.dt)
+            seen = torch.where(peeks[..., i, None], state, guess)
+    return (
+        torch.stack(states, -2).reshape(1, -1, 2),
+        torch.stack(actions, -1).reshape(1, -1),
+        torch.stack(nexts, -2).reshape(1, -1, 2),
+    )
+
+
 def train_predictor(
-    *, seed: int, env: Pendulum, hidden: int = 8, updates: int = 300, batch: int = 256, lr=1e-2
+    *,
+    seed: int,
+    env: Pendulum,
+    hidden: int = 8,
+    updates: int = 300,
+    batch: int = 256,
+    lr=1e-2,
 ) -> torch.Tensor:
     """The paper's comparison: the same network as M, from the same start, trained to predict
     the next state of real transitions (mean squared error, channels scaled as in
@@ -386,34 +539,75 @@ class _FlatModel(nn.Module):
 def imagine(controllers, models, hidden: int, env: Pendulum, start) -> torch.Tensor:
     """Controllers (B, 3) run inside world models (B, P - 3), every step imagined from the real
     start, without noise: the imagined costs (B, E, T)."""
+    return imagine_in(
+        controllers,
+        lambda seen, action: forward_model(models, hidden, seen, action, env.dt),
+        env,
+        start,
+    )
+
+
+def double_integrator(seen, action, dt: float) -> torch.Tensor:
+    """A world without the pendulum: the push moves the velocity and the velocity the angle,
+    v' = v + dt a, theta' = theta + dt v' (no restoring force)."""
+    velocity = seen[..., 1] + dt * action
+    return torch.stack([seen[..., 0] + dt * velocity, velocity], -1)
+
+
+def imagine_in(controllers, world, env: Pendulum, start) -> torch.Tensor:
+    """Controllers (B, 3) run inside an imagined world, `world(seen, action)` -> next seen,
+    every step imagined from the real start, without noise: the imagined costs (B, E, T)."""
     k, b = controllers[:, :2], controllers[:, 2]
     seen = start.expand(controllers.shape[0], -1, -1)
     costs = []
     for _ in range(env.steps):
         # a_t = C(o^_t); o^_{t+1} = M(o^_t, a_t); the cost is read off the imagined state
         action = env.u_max * torch.tanh((seen * k[:, None]).sum(-1) + b[:, None])
-        seen = forward_model(models, hidden, seen, action, env.dt)
+        seen = world(seen, action)
         costs.append(env.cost(seen))
     return torch.stack(costs, -1)
 
 
+def imagined_costs(controllers, world, env: Pendulum, start) -> torch.Tensor:
+    """Each controller's mean imagined cost (B,), an imagined state that left the world (not
+    finite) scoring worst."""
+    costs = imagine_in(controllers, world, env, start).mean((-2, -1))
+    return torch.nan_to_num(costs, nan=1e6, posinf=1e6).clamp(max=1e6)
+
+
 def train_in_imagination(
-    models, lrs, *, seed: int, env: Pendulum, hidden: int = 8, search: Search | None = None
+    models,
+    lrs,
+    *,
+    seed: int,
+    env: Pendulum,
+    hidden: int = 8,
+    search: Search | None = None,
 ) -> torch.Tensor:
     """Search a controller inside each world model (R, P - 3), all steps imagined from real
     start states, with the same evolution strategy; returns the controllers (R, 3)."""
     r = checks.tensor("models", models, "(R, M)", dtype="floating")["R"]
     checks.tensor("lrs", lrs, "(R)", R=r, dtype="floating")
+    members = 2 * (Search() if search is None else search).pairs
+    inside = models.repeat_interleave(members, 0)
+
+    def world(seen, action):
+        return forward_model(inside, hidden, seen, action, env.dt)
+
+    return search_inside(world, lrs, seed=seed, env=env, search=search)
+
+
+def search_inside(world, lrs, *, seed: int, env: Pendulum, search: Search | None = None):
+    """Search a controller inside an imagined world (`world(seen, action)` for the whole
+    population, (R * 2 pairs, E, 2) and (R * 2 pairs, E)) for each step size of `lrs` (R,),
+    all steps imagined from real start states; returns the controllers (R, 3)."""
+    r = checks.tensor("lrs", lrs, "(R)", dtype="floating")["R"]
     search = Search() if search is None else search
     episodes = generator(seed, EPISODES)
 
     def cost_of(population, i):
         start, _ = env.episodes(search.episodes, episodes)
-        members = population.shape[1]
-        costs = imagine(_flat(population), models.repeat_interleave(members, 0), hidden, env, start)
-        # an imagined state that left the world (not finite) scores worst
-        costs = torch.nan_to_num(costs.mean((-2, -1)), nan=1e6, posinf=1e6).clamp(max=1e6)
-        return costs.reshape(r, members)
+        return imagined_costs(_flat(population), world, env, start).reshape(r, population.shape[1])
 
     return evolve(
         cost_of,
@@ -424,6 +618,19 @@ def train_in_imagination(
         sigma=search.sigma,
         gen=generator(seed, SEARCH),
     )
+
+
+def train_in_double_integrator(
+    lrs, *, seed: int, env: Pendulum, search: Search | None = None
+) -> torch.Tensor:
+    """Search a controller inside the double integrator (`double_integrator`: the push's sign,
+    no pendulum) for each step size of `lrs`, exactly as `train_in_imagination`; (R, 3)."""
+    lrs = torch.as_tensor(lrs, dtype=torch.float32)
+
+    def world(seen, action):
+        return double_integrator(seen, action, env.dt)
+
+    return search_inside(world, lrs, seed=seed, env=env, search=search)
 
 
 def dream_and_reality(controller, model, hidden: int, env: Pendulum, start, noise):
@@ -470,11 +677,28 @@ def _runs(ps, lrs) -> tuple[torch.Tensor, torch.Tensor]:
 
 # -- the chapter's study ---------------------------------------------------------------------------
 
-LRS = (0.003, 0.01, 0.03, 0.1, 0.3)  # the ES step sizes every searched arm is tuned over
+LRS = (
+    0.003,
+    0.01,
+    0.03,
+    0.1,
+    0.3,
+)  # the ES step sizes every searched arm is tuned over
 PEEK = 0.05  # the headline's peek probability (the paper's cart-pole video)
 SWEEP = (0.0, 0.05, 0.1, 0.2, 0.5, 1.0)  # the peek probabilities of the sweep
-VALID, TEST, VALID_PEEKS, TEST_PEEKS, TEST_TRANSITIONS = 10, 11, 12, 13, 14
-MODELS = ("emerged", "predictor", "untrained")  # the world models controllers are searched in
+VALID, TEST, VALID_PEEKS, TEST_PEEKS, TEST_TRANSITIONS, TEST_RESPONSES = (
+    10,
+    11,
+    12,
+    13,
+    14,
+    15,
+)
+MODELS = (
+    "emerged",
+    "predictor",
+    "untrained",
+)  # the world models controllers are searched in
 
 
 @dataclass
@@ -560,16 +784,26 @@ def study(
         env=env,
         search=search,
     )
+    # the blind agents: their own world model, never a peek after the start (the agent of p = 0)
+    blind = train_blind_agents(list(LRS), seed=seed, env=env, hidden=hidden, search=search)
+
+    def blind_costs(params, episodes):
+        return costs_of_blind_agents(
+            params, hidden=hidden, env=env, start=episodes[0], noise=episodes[1]
+        )
+
     validation = {"model": agent_costs(agents[:n], PEEK, valid, VALID_PEEKS).mean(1)}
     rule_validation = rule_costs(rules[: n * len(RULES)], PEEK, valid, VALID_PEEKS).mean(1)
     for i, kind in enumerate(RULES):
         validation[kind] = rule_validation[i * n : (i + 1) * n]
+    validation["blind"] = blind_costs(blind, valid).mean(1)
     pick = {arm: int(scores.argmin()) for arm, scores in validation.items()}
     agent = agents[pick["model"]][None]
     chosen_rules = {kind: rules[i * n + pick[kind]][None] for i, kind in enumerate(RULES)}
     test_costs = {"model": agent_costs(agent, PEEK, test, TEST_PEEKS)[0]}
     for kind in RULES:
         test_costs[kind] = rule_costs(chosen_rules[kind], PEEK, test, TEST_PEEKS)[0]
+    test_costs["blind"] = blind_costs(blind[pick["blind"]][None], test)[0]
 
     # the world models and their one-step forecasts under uniform actions
     models = {
@@ -580,13 +814,35 @@ def study(
     sweep_models = model_of(agents[n:], hidden)
     states, actions, next_states = transitions(2048, env, generator(seed, TEST_TRANSITIONS))
     errors = one_step_errors(
-        torch.cat([*models.values(), sweep_models]), hidden, env, states, actions, next_states
+        torch.cat([*models.values(), sweep_models]),
+        hidden,
+        env,
+        states,
+        actions,
+        next_states,
     )
     for i, name in enumerate(models):
         test_costs[f"forecast {name}"] = errors[i]
     shrink = chosen_rules["shrink"][0, 3:]
     test_costs["forecast hold"] = hold_errors(env, states, next_states)[0]
     test_costs["forecast shrink"] = hold_errors(env, shrink * states, next_states)[0]
+    test_costs["forecast free pendulum"] = free_pendulum_errors(env, states, next_states)[0]
+
+    # how each model responds to a change of action, against the pendulum's response
+    pairs = action_pairs(2048, env, generator(seed, TEST_RESPONSES))
+    responses = response_errors(torch.cat(list(models.values())), hidden, env, *pairs)
+    for i, name in enumerate(models):
+        test_costs[f"response {name}"] = responses[i]
+    test_costs["response blind"] = blind_response_errors(env, *pairs)[0]
+    signs = response_signs(torch.cat(list(models.values())), hidden, env, *pairs)
+    for i, name in enumerate(models):
+        test_costs[f"sign {name}"] = signs[i]
+
+    # the emerged model's forecast on the transitions its own agent went through at p = PEEK
+    peeks = _rule_peeks(torch.full((1,), PEEK), n_test, env.steps, generator(seed, TEST_PEEKS))
+    own = on_policy_transitions(agent, hidden, env, test[0], test[1], peeks)
+    test_costs["own forecast emerged"] = one_step_errors(models["emerged"], hidden, env, *own)[0]
+    test_costs["own forecast hold"] = hold_errors(env, own[0], own[2])[0]
 
     # controllers searched inside each world model, deployed in the real pendulum
     inside = torch.cat([m.repeat(n, 1) for m in models.values()] + [sweep_models])
@@ -598,12 +854,29 @@ def study(
         hidden=hidden,
         search=search,
     )
-    inside_validation = deployed(controllers[: n * len(models)], valid).mean(1)
+    integrator = train_in_double_integrator(LRS, seed=seed, env=env, search=search)
+    # each controller is chosen on its imagined cost inside the world it was searched in, on
+    # the validation starts: the real pendulum is never consulted (the paper keeps the dream's
+    # best)
+    searched = n * len(models)
+
+    def in_models(seen, action):
+        return forward_model(inside[:searched], hidden, seen, action, env.dt)
+
+    inside_validation = imagined_costs(controllers[:searched], in_models, env, valid[0])
     chosen_controllers = {}
     for i, name in enumerate(models):
         validation[f"inside {name}"] = inside_validation[i * n : (i + 1) * n]
         pick[f"inside {name}"] = int(validation[f"inside {name}"].argmin())
         chosen_controllers[name] = controllers[i * n + pick[f"inside {name}"]][None]
+    validation["inside integrator"] = imagined_costs(
+        integrator,
+        lambda seen, action: double_integrator(seen, action, env.dt),
+        env,
+        valid[0],
+    )
+    pick["inside integrator"] = int(validation["inside integrator"].argmin())
+    chosen_controllers["integrator"] = integrator[pick["inside integrator"]][None]
     chosen_controllers["none"] = torch.zeros(1, 3)
     for name, controller in chosen_controllers.items():
         test_costs[f"inside {name}"] = deployed(controller, test)[0]
@@ -612,7 +885,12 @@ def study(
     sweep = {}
     for p in SWEEP:
         if p == PEEK:
-            runs = (agent, chosen_rules["hold"], chosen_controllers["emerged"], errors[0])
+            runs = (
+                agent,
+                chosen_rules["hold"],
+                chosen_controllers["emerged"],
+                errors[0],
+            )
         else:
             j = others.index(p)
             runs = (
