@@ -493,6 +493,24 @@ def test_the_nulls_do_not_reach_the_mechanism(trained, monkeypatch):
         jsma.jsma(model, x, target)
 
 
+def test_the_untrained_guide_is_the_trained_networks_start_and_steers_the_null(trained):
+    model, x, target = trained
+    d = load_digits_split()
+    start = experiment.untrained_perceptron(64, seed=3)
+    run = experiment.train_classifier(d, steps=1, lr=1e-9, seed=3)
+    for a, b in zip(start.parameters(), run.model.parameters(), strict=True):
+        assert torch.allclose(a, b, atol=1e-6)  # one update at a tiny rate moves nothing
+    own = experiment.null_attack(model, x, target, 1.0, 0.25, rule="target alone")
+    guided = experiment.null_attack(model, x, target, 1.0, 0.25, rule="target alone", guide=start)
+    assert not torch.equal(own.x_adv, guided.x_adv)
+    with torch.no_grad():  # success is judged by the attacked network, whatever steers
+        assert torch.equal(guided.success, model(guided.x_adv).argmax(1) == target)
+    steered_by_itself = experiment.null_attack(
+        model, x, target, 1.0, 0.25, rule="target alone", guide=model
+    )
+    assert torch.equal(steered_by_itself.x_adv, own.x_adv)
+
+
 def test_per_class_pair_fills_each_off_diagonal_cell_from_its_own_rows():
     source = torch.tensor([0, 0, 1, 2])
     target = torch.tensor([1, 2, 0, 1])

@@ -81,6 +81,15 @@ def train_classifier(
     return training.Run(model, history)
 
 
+def untrained_perceptron(n_pixels: int, *, seed: int) -> nn.Module:
+    """The perceptron that `train_classifier(seed=seed)` starts from, before any update: the
+    guide of the untrained network's null."""
+    checks.integer("n_pixels", n_pixels)
+    checks.integer("seed", seed, 0)
+    with training.seeded(seed):
+        return training.mlp([n_pixels, 128, N_CLASSES])
+
+
 # -- the attacked sample --------------------------------------------------------------------------
 
 
@@ -251,6 +260,7 @@ def null_attack(
     rule: str,
     generator: torch.Generator | None = None,
     clip: tuple[float, float] = (0.0, 1.0),
+    guide: nn.Module | None = None,
 ) -> jsma.Attack:
     """The pair search without the saliency map, on a batch: the same budget of
     floor(M * max_distortion / 2) pairs, the same step theta with clipping, the same search domain
@@ -261,6 +271,10 @@ def null_attack(
       target's logit the right way (alpha > 0 raising, < 0 lowering), whatever the other classes
       do; no such pair ends the search;
     - "random": two features of the search domain drawn uniformly (`generator`).
+
+    `guide`: the network whose derivative scores the pairs (by default `model`, the network
+    attacked, which always judges success): the untrained network's null steers the search by
+    the attacked network's initial weights.
     """
     checks.tensor("x", x, "(B, M)", dtype="floating")
     checks.tensor("target", target, "(B,)", dtype=torch.int64, B=len(x))
@@ -297,7 +311,7 @@ def null_attack(
             found = gamma.sum(1) >= 2
             chosen &= gamma
         else:
-            jacobian = _null_jacobian(model, x_adv[rows])
+            jacobian = _null_jacobian(model if guide is None else guide, x_adv[rows])
             d_target = jacobian[torch.arange(len(rows)), target[rows]]  # (R, M)
             alpha = d_target[:, :, None] + d_target[:, None, :]
             allowed = gamma[:, :, None] & gamma[:, None, :] & not_self
