@@ -741,6 +741,81 @@ def test_input_only_bn_is_the_bn_lstm_without_its_recurrent_and_cell_bns():
     assert trainable == {"weight_x", "gamma_x", "bias", "lstm.weight_hh_l0"}
 
 
+def test_bn_h_dropped_is_the_bn_lstm_without_its_recurrent_term_bn_only():
+    class Identity(torch.nn.Module):
+        def forward(self, z, t):
+            return z
+
+    ablated = experiment.bn_lstm_classifier(4, 5, 0.3, seed=3).double()
+    ablated.rnn.bn_h = Identity()  # the input and cell BNs kept
+    dropped = experiment.bn_h_dropped_classifier(4, 5, 0.3, seed=3).double()
+    x = torch.rand(9, 5, 1, generator=gen(60)).double()
+    state = (randn(9, 4, seed=61, scale=0.1), torch.zeros(9, 4, dtype=torch.float64))
+    assert torch.allclose(ablated(x, state), dropped(x, state), atol=1e-12)
+    rbn.estimate_population_statistics(ablated, x, state)
+    experiment.set_population_statistics(dropped, x, state)
+    ablated.eval(), dropped.eval()
+    longer = torch.rand(4, 7, 1, generator=gen(62)).double()
+    assert torch.allclose(ablated(longer), dropped(longer), atol=1e-12)
+    assert "gamma_h" not in dict(dropped.rnn.named_parameters())
+    # and it differs from the BN-LSTM, whose recurrent term is normalized
+    full = experiment.bn_lstm_written_apart_classifier(4, 5, 0.3, seed=3).double()
+    assert not torch.allclose(full(x, state), dropped(x, state), atol=1e-6)
+
+
+def test_frozen_statistics_keep_the_initial_ones_while_training_and_after_estimates():
+    x = torch.rand(16, 5, 1, generator=gen(63))
+    model = experiment.frozen_statistics_classifier(x, 4, 5, 0.1, seed=3)
+    rnn = model.rnn
+    # frozen at the initial weights' statistics: those of the unfrozen model at the same seed
+    # and under the same h_0 noise
+    unfrozen = experiment.bn_lstm_written_apart_classifier(4, 5, 0.1, seed=3)
+    state = experiment._noisy_initial_state(
+        16, 4, 0.1, training.generator(3, experiment.FROZEN_STATISTICS)
+    )
+    unfrozen.rnn.estimate_population_statistics(x, state)
+    for name in ("mean_h", "var_h", "mean_c", "var_c"):
+        assert torch.allclose(getattr(rnn, name), getattr(unfrozen.rnn, name))
+    frozen_h = rnn.mean_h.clone()
+    # training normalizes the recurrent term with the frozen statistics, not the batch's
+    rnn.train()
+    z = torch.randn(6, 16, generator=gen(64)) * 3 + 2
+    expected = rnn.gamma_h * (z - rnn.mean_h[1]) / (rnn.var_h[1] + rnn.eps).sqrt()
+    assert torch.allclose(rnn._bn(z, "h", 1, rnn.gamma_h), expected, atol=1e-6)
+    # the input term still uses each minibatch's statistics
+    batch_x = rnn._input_terms(torch.rand(6, 5, 1, generator=gen(65))) - rnn.bias
+    assert torch.allclose(batch_x.mean(0), torch.zeros(5, 16), atol=1e-5)
+    # a step of training and a later estimate leave the frozen statistics as they were
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
+    F.cross_entropy(model(x), torch.arange(16) % 3).backward()
+    optimizer.step()
+    old_x = rnn.mean_x.clone()
+    experiment.set_population_statistics(model, x, state)
+    assert torch.equal(rnn.mean_h, frozen_h)
+    assert not torch.allclose(rnn.mean_x, old_x)
+    with pytest.raises(ValueError, match="frozen=True"):
+        unfrozen.rnn.freeze_statistics(x, state)
+
+
+def test_the_tanh_rnn_without_bn_is_tanh_of_the_summed_preactivation():
+    x, labels = torch.rand(8, 6, 1, generator=gen(66)), torch.arange(8) % 3
+    with seeded(4):
+        network = experiment.TanhRNNWithoutBN(1, 5, 0.7).double()
+    h0 = randn(8, 5, seed=67, scale=0.1)
+    states = network(x.double(), h0)
+    h = h0
+    for t in range(6):
+        h = torch.tanh(h + x[:, t].double() @ network.weight_x)  # W_h = I
+        assert torch.allclose(states[t + 1], h, atol=1e-12)
+    norms = experiment.gradient_norms_through_time(
+        x, labels, 0.7, hidden_size=5, n_classes=3, seed=4, without_bn=True
+    )
+    with_bn = experiment.gradient_norms_through_time(
+        x, labels, 0.7, hidden_size=5, n_classes=3, seed=4, written_apart=True
+    )
+    assert norms.shape == (7,) and not torch.allclose(norms, with_bn)
+
+
 def test_the_tanh_rnn_written_apart_measures_the_same_gradient_flow():
     x, labels = torch.rand(8, 6, 1, generator=gen(56)), torch.arange(8) % 3
     kwargs = {"hidden_size": 5, "n_classes": 3, "seed": 4}
@@ -835,6 +910,15 @@ def test_tune_learning_rate_widens_the_grid_until_every_tuned_choice_is_inside()
     assert grid == [0.03, 0.1, 0.3]
     with pytest.raises(ValueError, match="tuned arm 'c'"):
         experiment.tune_learning_rate(train, arms, (0.1,), tuned=["c"])
+    # in parts: b alone, then a on b's grid; b's runs are carried on, never trained again
+    trained.clear()
+    grid, runs = experiment.tune_learning_rate(train, {"b": arms["b"]}, (0.03, 0.1))
+    assert grid == [0.003, 0.01, 0.03, 0.1] and len(trained) == 4
+    both = {name: arms[name] for name in ("a", "b")}
+    grid, runs = experiment.tune_learning_rate(train, both, grid, runs=runs, max_values=6)
+    assert grid == [0.003, 0.01, 0.03, 0.1, 0.3, 1.0]
+    assert len(trained) == len(set(trained)) == 4 + 4 + 2 * 2
+    assert sorted(runs["b"]) == sorted(runs["a"]) == grid
 
 
 def test_set_population_statistics_goes_to_each_models_own_estimate():

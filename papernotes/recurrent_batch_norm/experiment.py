@@ -26,6 +26,8 @@ from papernotes.data import minibatches
 
 # Random streams of a training run, each its own generator derived from the run's seed.
 BATCHES, H0_NOISE, POPULATION_NOISE = 0, 1, 2
+# The random stream of the h_0 noise under which the frozen-statistics null fixes its statistics.
+FROZEN_STATISTICS = 3
 # The random stream of the gradient-flow sweep: which digits each draw reads, and its seed.
 FLOW_DRAWS = 5
 
@@ -60,6 +62,7 @@ def gradient_norms_through_time(
     seed: int = 0,
     *,
     written_apart: bool = False,
+    without_bn: bool = False,
 ) -> torch.Tensor:
     """||dL/dh_t|| for t = 0..T in a freshly initialised BNTanhRNN, in float64: shape (T + 1,).
 
@@ -67,12 +70,14 @@ def gradient_norms_through_time(
     h_T; the norm is taken per example and averaged over the batch (as the authors' plotting
     code does). h_0 is `h0_noise` times standard normal noise, the paper's fix for zero-variance
     first steps. The weights and the noise follow `seed`. `written_apart` measures the same
-    network written apart from the mechanism (`TanhRNNWrittenApart`, for the nulls).
+    network written apart from the mechanism (`TanhRNNWrittenApart`, for the nulls);
+    `without_bn` the same network without its BN (`TanhRNNWithoutBN`, a null; gamma unused).
     """
     batch = checks.tensor("x", x, "(B, T, D)", dtype="floating")["B"]
     checks.tensor("labels", labels, "(B,)", B=batch)
     h0_noise = checks.number("h0_noise", h0_noise, 0.0)
     network = TanhRNNWrittenApart if written_apart else rbn.BNTanhRNN
+    network = TanhRNNWithoutBN if without_bn else network
     with training.seeded(seed):
         model = network(x.shape[2], hidden_size, gamma).double()
         readout = nn.Linear(hidden_size, n_classes).double()
@@ -106,6 +111,17 @@ class TanhRNNWrittenApart(nn.Module):
             z = states[-1] @ self.weight_h + x_t @ self.weight_x
             z_bn = F.batch_norm(z, None, None, self.gamma, None, True, 0.0, self.eps)
             states.append(torch.tanh(z_bn))
+        return states
+
+
+class TanhRNNWithoutBN(TanhRNNWrittenApart):
+    """The Figure-1 network without its BN, for a null: h_t = tanh(W_h h_{t-1} + W_x x_t),
+    W_h = I, its weights drawn as BNTanhRNN draws them (gamma is kept and unused)."""
+
+    def forward(self, x: torch.Tensor, h0: torch.Tensor) -> list[torch.Tensor]:
+        states = [h0]
+        for x_t in x.unbind(1):
+            states.append(torch.tanh(states[-1] @ self.weight_h + x_t @ self.weight_x))
         return states
 
 
@@ -157,6 +173,7 @@ def gradient_flow_over_draws(
     h0_noise: float = 0.1,
     seed: int = 0,
     written_apart: bool = False,
+    without_bn: bool = False,
 ) -> torch.Tensor:
     """`gradient_norms_through_time` for several draws: shape (draws, T + 1).
 
@@ -168,7 +185,13 @@ def gradient_flow_over_draws(
     return torch.stack(
         [
             gradient_norms_through_time(
-                x, y, gamma, h0_noise=h0_noise, seed=draw_seed, written_apart=written_apart
+                x,
+                y,
+                gamma,
+                h0_noise=h0_noise,
+                seed=draw_seed,
+                written_apart=written_apart,
+                without_bn=without_bn,
             )
             for x, y, draw_seed in flow_draws(images, labels, draws, batch_size, steps, seed)
         ]
@@ -344,6 +367,45 @@ def bn_lstm_written_apart_classifier(
         return SequenceClassifier(rnn)
 
 
+def bn_h_dropped_classifier(
+    hidden_size: int = 64,
+    max_steps: int = 64,
+    gamma_init: float = 0.1,
+    *,
+    input_size: int = 1,
+    seed: int = 0,
+) -> SequenceClassifier:
+    """A null: the BN-LSTM written apart less only the BN of its hidden-to-hidden term W_h h
+    (the input and cell BNs kept), its initial weights the BN-LSTM's at the same seed."""
+    with training.seeded(seed):
+        rnn = BNLSTMWrittenApart(input_size, hidden_size, max_steps, gamma_init, recurrent_bn=False)
+        return SequenceClassifier(rnn)
+
+
+def frozen_statistics_classifier(
+    x: torch.Tensor,
+    hidden_size: int = 64,
+    max_steps: int = 64,
+    gamma_init: float = 0.1,
+    *,
+    h0_noise: float = 0.1,
+    seed: int = 0,
+) -> SequenceClassifier:
+    """A null: the BN-LSTM written apart with its recurrent and cell statistics frozen at
+    initialisation, estimated once on the sequences x (N, T, D) from noisy h_0 (its own stream
+    of `seed`): the BN-LSTM's initial scale without normalization while it trains. Its initial
+    weights are the BN-LSTM's at the same seed."""
+    sizes = checks.tensor("x", x, "(N, T, D)", dtype="floating")
+    with training.seeded(seed):
+        rnn = BNLSTMWrittenApart(sizes["D"], hidden_size, max_steps, gamma_init, frozen=True)
+        model = SequenceClassifier(rnn)
+    state = _noisy_initial_state(
+        sizes["N"], hidden_size, h0_noise, training.generator(seed, FROZEN_STATISTICS)
+    )
+    rnn.freeze_statistics(x, state)
+    return model
+
+
 @dataclass
 class SequenceRun(training.Run):
     """A training run of a sequence classifier: the model, its History, and for each evaluated
@@ -465,6 +527,7 @@ def tune_learning_rate(
     tuned: Sequence[str] | None = None,
     ladder: Sequence[float] = LEARNING_RATE_LADDER,
     max_values: int = 6,
+    runs: Mapping[str, Mapping[float, SequenceRun]] | None = None,
 ) -> tuple[list[float], dict[str, dict[float, SequenceRun]]]:
     """Every arm trained at every learning rate of one grid, the grid widened until it brackets
     each tuned arm's best rate.
@@ -475,6 +538,9 @@ def tune_learning_rate(
     grid gains the next rate of `ladder` on that side (up to `max_values` rates), and every arm
     is trained at it, so that all arms end on the same grid. Returns (grid, runs), runs[name][lr]
     the SequenceRun of that arm at that rate.
+
+    `runs` (as returned) carries on from an earlier tuning: the runs it holds are not trained
+    again, so that a tuning can be done in parts (some arms, then more on the grid they chose).
     """
     grid = sorted(checks.number("learning rate", lr, 0.0, low_open=True) for lr in grid)
     tuned = list(arms) if tuned is None else list(tuned)
@@ -482,7 +548,7 @@ def tune_learning_rate(
         if name not in arms:
             raise ValueError(f"tuned arm {name!r} is not one of the arms {list(arms)}")
     ladder = sorted(ladder)
-    runs: dict[str, dict[float, SequenceRun]] = {name: {} for name in arms}
+    runs = {name: dict((runs or {}).get(name, {})) for name in arms}
     while True:
         for lr in grid:
             for name, make in arms.items():
@@ -688,14 +754,31 @@ class InputNormalizedLSTM(nn.Module):
 
 class BNLSTMWrittenApart(nn.Module):
     """The mechanism's BN-LSTM written a second time, for the nulls that change one of its
-    settings (gamma at 1): the same equations, parameters and initialisation, with torch's
-    F.batch_norm for the normalizing transform. forward(x, state) as BNLSTM's; evaluation uses
-    the population statistics set by `estimate_population_statistics` (every step from
-    max_steps on uses the last step's).
+    settings: the same equations, parameters and initialisation, with torch's F.batch_norm for
+    the normalizing transform. forward(x, state) as BNLSTM's; evaluation uses the population
+    statistics set by `estimate_population_statistics` (every step from max_steps on uses the
+    last step's).
+
+    The nulls' settings: `gamma_init` (1, the customary value); `recurrent_bn=False` drops the
+    BN of the hidden-to-hidden term only, (f~, i~, o~, g~) = W_h h_{t-1} + BN(W_x x_t) + b, the
+    cell's BN kept; `frozen=True` normalizes the recurrent term and the cell with statistics
+    fixed once, at initialisation (`freeze_statistics`), in training as in evaluation: the
+    BN-LSTM's initial scale, gamma = 0.1 included, without normalization while it trains.
     """
 
-    def __init__(self, input_size: int, hidden_size: int, max_steps: int, gamma_init: float = 0.1):
+    def __init__(
+        self,
+        input_size: int,
+        hidden_size: int,
+        max_steps: int,
+        gamma_init: float = 0.1,
+        *,
+        recurrent_bn: bool = True,
+        frozen: bool = False,
+    ):
         super().__init__()
+        self.recurrent_bn, self.frozen = bool(recurrent_bn), bool(frozen)
+        self._frozen_set = False
         self.input_size = checks.integer("input_size", input_size)
         self.hidden_size = checks.integer("hidden_size", hidden_size)
         self.max_steps = checks.integer("max_steps", max_steps)
@@ -707,7 +790,8 @@ class BNLSTMWrittenApart(nn.Module):
         self.weight_h = nn.Parameter(weight_h)
         self.bias = nn.Parameter(bias)
         self.gamma_x = nn.Parameter(torch.full((gates,), gamma_init))
-        self.gamma_h = nn.Parameter(torch.full((gates,), gamma_init))
+        if self.recurrent_bn:
+            self.gamma_h = nn.Parameter(torch.full((gates,), gamma_init))
         self.gamma_c = nn.Parameter(torch.full((hidden_size,), gamma_init))
         self.beta_c = nn.Parameter(torch.zeros(hidden_size))
         for name, width in (("x", gates), ("h", gates), ("c", hidden_size)):
@@ -716,7 +800,7 @@ class BNLSTMWrittenApart(nn.Module):
         self._collect = None
 
     def _bn(self, z, name, t, gamma, beta=None):
-        if self.training:
+        if self.training and not (self.frozen and name in ("h", "c")):
             if self._collect is not None:  # estimating: keep step t's mean and unbiased var
                 self._collect[name].append((z.mean(0), z.var(0, unbiased=True)))
             return F.batch_norm(z, None, None, gamma, beta, True, 0.0, self.eps)
@@ -754,7 +838,10 @@ class BNLSTMWrittenApart(nn.Module):
         split = 3 * self.hidden_size
         outputs = []
         for t, input_term in enumerate(self._input_terms(x).unbind(1)):
-            gates = self._bn(h @ self.weight_h, "h", t, self.gamma_h) + input_term
+            recurrent = h @ self.weight_h
+            if self.recurrent_bn:
+                recurrent = self._bn(recurrent, "h", t, self.gamma_h)
+            gates = recurrent + input_term
             f, i, o = torch.sigmoid(gates[:, :split]).chunk(3, dim=1)
             c = f * c + i * torch.tanh(gates[:, split:])
             h = o * torch.tanh(self._bn(c, "c", t, self.gamma_c, self.beta_c))
@@ -764,13 +851,34 @@ class BNLSTMWrittenApart(nn.Module):
     @torch.no_grad()
     def estimate_population_statistics(self, x: torch.Tensor, state=None) -> None:
         """Each step's mean and unbiased variance of every normalized term over the sequences x
-        (one pass in training mode, as the mechanism's estimate), the mode restored."""
+        (one pass in training mode, as the mechanism's estimate), the mode restored. With
+        `frozen`, the recurrent and cell statistics keep the values `freeze_statistics` set."""
+        self._estimate(x, state, ("x",) if self.frozen and self._frozen_set else ("x", "h", "c"))
+
+    @torch.no_grad()
+    def freeze_statistics(self, x: torch.Tensor, state=None) -> None:
+        """Fix the recurrent and cell statistics of a `frozen` model to those of the sequences x
+        under its current (initial) weights, once: training and evaluation use them from then
+        on, and later estimates leave them as they are."""
+        if not self.frozen:
+            raise ValueError("freeze_statistics is for a model built with frozen=True")
+        self.frozen = False  # estimated with each step's batch statistics, as at initialisation
+        try:
+            self._estimate(x, state, ("x", "h", "c"))
+        finally:
+            self.frozen = True
+        self._frozen_set = True
+
+    @torch.no_grad()
+    def _estimate(self, x: torch.Tensor, state, names: tuple[str, ...]) -> None:
         was_training = self.training
         self._collect = {"x": [], "h": [], "c": []}
         try:
             self.train()
             self(x, state)
             for name, found in self._collect.items():
+                if name not in names or not found:
+                    continue
                 steps = len(found)
                 getattr(self, f"mean_{name}")[:steps] = torch.stack([m for m, _ in found])
                 getattr(self, f"var_{name}")[:steps] = torch.stack([v for _, v in found])
