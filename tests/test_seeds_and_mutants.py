@@ -98,8 +98,10 @@ def test_no_broken_mechanism_moves_a_null(path):
 def test_the_headline_itself_catches_a_broken_mechanism(path):
     claims = entry(path.stem, "seeds")["claims"]
     headline = next(
-        c["statement"] for c in claims if c.get("kind", "paper") == "paper" and must_hold(c)
+        (c["statement"] for c in claims if c.get("kind", "paper") == "paper" and must_hold(c)),
+        None,
     )
+    assert headline, f"{path.stem}: no paper row must hold, so the chapter has no headline to test"
     results = entry(path.stem, "mutants")["results"]
     catching = [r["name"] for r in results if headline in r["failed_claims"]]
     assert catching, f"{path.stem}: no mutant makes the headline {headline!r} fail"
