@@ -516,7 +516,7 @@ def train_classifier(
 
 
 # Learning rates a half-decade apart: the values a grid is drawn from and extended along.
-LEARNING_RATE_LADDER = (1e-3, 3e-3, 1e-2, 3e-2, 1e-1, 3e-1, 1.0)
+LEARNING_RATE_LADDER = (1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2, 1e-1, 3e-1, 1.0)
 
 
 def tune_learning_rate(
