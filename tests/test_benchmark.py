@@ -3,6 +3,7 @@
 read back), and `make bench` honours CHAPTERS and JOBS."""
 
 import re
+import shutil
 
 import benchmark
 import book
@@ -58,6 +59,28 @@ def test_make_bench_passes_chapters_and_jobs_to_the_tool():
     recipe = re.search(r"^bench:.*\n((?:\t.*\n)+)", makefile, re.M).group(1)
     assert "tools/benchmark.py $(CHAPTERS)" in recipe
     assert re.search(r"^export JOBS$", makefile, re.M)
+
+
+def test_timing_some_chapters_keeps_the_committed_files_other_rows(tmp_path, monkeypatch):
+    """`make bench CHAPTERS=...` on a copy of the committed BENCHMARK.md: the chapter timed gets
+    its new row, every other chapter keeps the committed one, and so does the book's."""
+    copy = tmp_path / "BENCHMARK.md"
+    shutil.copy(book.ROOT / "BENCHMARK.md", copy)
+    monkeypatch.setattr(benchmark, "TABLE", copy)
+    committed = benchmark.previous_rows()
+    assert set(committed) == {p.stem for p in book.toc_chapters()}, "make bench, the whole book"
+    first = next(iter(committed))
+    timed = {first: {"seconds": 1.0, "units": 0.1, "peak_mib": 1}}
+    monkeypatch.setattr(benchmark, "calibrate", lambda jobs: 10.0)
+    monkeypatch.setattr(benchmark, "measure", lambda paths, jobs: [dict(timed[first])])
+    monkeypatch.setattr(benchmark, "JSON", tmp_path / "benchmark.json")
+    assert benchmark.main([str(book.ROOT / "chapters" / f"{first}.ipynb")]) == 0
+    after = benchmark.previous_rows()
+    assert after[first] == timed[first]
+    assert {s: r for s, r in after.items() if s != first} == {
+        s: r for s, r in committed.items() if s != first
+    }
+    assert benchmark._previous_book() is not None
 
 
 def test_a_table_it_cannot_read_is_refused_before_anything_is_measured(
