@@ -122,10 +122,11 @@ sweep: $(INSTALLED)
 ## experiment.py, argument checks left out) against its unit tests, JOBS mutants at a time; one
 ## record a paper, tests/mutation/<slug>.json, read with its triage tests/mutation/<slug>.yml, and
 ## the scores in BENCHMARK.md (OUT=dir writes the records there instead, as the sweep workflow
-## does). MUTANTS="id ..." (one chapter) runs those mutants only, writing nothing
+## does). MUTANTS="id ..." (one chapter) runs those mutants only, writing nothing; SURVIVORS=1
+## runs again only the record's survivors (after unit tests were added) and updates the record
 mutate: $(INSTALLED)
 	$(BIN)/python tools/mutate.py run $(CHAPTERS) $(if $(OUT),--out $(OUT)) \
-		$(if $(MUTANTS),--only $(MUTANTS))
+		$(if $(MUTANTS),--only $(MUTANTS)) $(if $(SURVIVORS),--survivors)
 
 ## bench: time each chapter cold, and the whole book
 bench: $(INSTALLED)

@@ -269,6 +269,33 @@ def test_a_run_kills_what_the_tests_pin_and_records_the_rest(paper, tmp_path):
     assert by_diff["- def scale(x, factor=2): / + def scale(x, factor=3):"] in saved["killed"]
 
 
+def test_a_survivors_run_kills_what_new_tests_pin_and_refuses_changed_code(paper, tmp_path):
+    out = tmp_path / "records"
+    chapter = paper / "chapters" / "tiny.ipynb"
+    first = mutate.mutate(chapter, out, jobs=1)
+    offsets = {m["id"] for m in first["mutants"] if m["function"] == "offset"}
+    assert offsets and all(
+        m["outcome"] == "no tests" for m in first["mutants"] if m["id"] in offsets
+    )
+    tests = paper / "tests" / "test_tiny.py"
+    tests.write_text(tests.read_text() + "\n\ndef test_offset():\n    assert tiny.offset(1) == 2\n")
+    again = mutate.mutate(chapter, out, jobs=1, survivors=True)
+    saved = json.loads((out / "tiny.json").read_text())
+    assert saved == again and saved["hash"] != first["hash"]
+    assert set(saved["killed"]) == set(first["killed"]) | offsets  # none left out, none twice
+    assert len(saved["killed"]) == len(first["killed"]) + len(offsets)
+    assert not offsets & {m["id"] for m in saved["mutants"]}
+    assert saved["survivors_rerun"]["mutants"] == len(first["mutants"])
+    assert saved["survivors_rerun"]["killed"] == len(offsets)
+    assert saved["run"] == first["run"]  # the whole run's figures stay those of the whole run
+    source = paper / "papernotes" / "tiny" / "__init__.py"
+    source.write_text(source.read_text().replace("return x + 1", "return x + 2"))
+    with pytest.raises(SystemExit, match="code changed since its record .*run `make mutate"):
+        mutate.mutate(chapter, out, jobs=1, survivors=True)
+    with pytest.raises(SystemExit, match="no record whose survivors"):
+        mutate.mutate(chapter, tmp_path / "none", jobs=1, survivors=True)
+
+
 # -- the weekly job --------------------------------------------------------------------------------
 
 

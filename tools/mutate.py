@@ -2,6 +2,7 @@
 
     .venv/bin/python tools/mutate.py run [chapters/x.ipynb ...]     # make mutate CHAPTERS=...
     .venv/bin/python tools/mutate.py run chapters/x.ipynb --only ID [ID ...]   # just those
+    .venv/bin/python tools/mutate.py run chapters/x.ipynb --survivors   # the record's survivors
     .venv/bin/python tools/mutate.py show SLUG ID [ID ...]          # a mutant's diff, its outcome
     .venv/bin/python tools/mutate.py triage SLUG                    # new survivors into its .yml
 
@@ -412,23 +413,32 @@ def one_run_at_a_time(slug: str):
         yield
 
 
-def mutate(path: Path, out: Path, jobs: int, only: list[str] | None = None) -> dict:
-    """Mutate one chapter's paper, run its unit tests against each mutant; returns its record."""
+def mutate(
+    path: Path, out: Path, jobs: int, only: list[str] | None = None, survivors: bool = False
+) -> dict:
+    """Mutate one chapter's paper, run its unit tests against each mutant; returns its record.
+    `only`: run those mutants, write nothing. `survivors`: run again only the mutants that the
+    record in `out` does not count as caught, and update that record (see `survivors_of`)."""
     with one_run_at_a_time(path.stem):
-        return _mutate(path, out, jobs, only)
+        return _mutate(path, out, jobs, only, survivors)
 
 
-def _mutate(path: Path, out: Path, jobs: int, only: list[str] | None) -> dict:
+def _mutate(
+    path: Path, out: Path, jobs: int, only: list[str] | None, survivors: bool = False
+) -> dict:
     slug = path.stem
     started = time.perf_counter()
     work = workspace(slug)
     mutants = mutants_of(slug, work)
     chosen = [m for m in mutants if not m.excluded]
+    committed = mutation_records.load(slug, out) if survivors else {}
     if only:
         unknown = sorted(set(only) - {m.id for m in chosen})
         if unknown:
             raise SystemExit(f"{slug}: no mutant has the id(s) {unknown}")
         chosen = [m for m in chosen if m.id in only]
+    elif survivors:
+        chosen = survivors_of(slug, committed, chosen)
     print(
         f"{slug}: {len(chosen)} mutants of {', '.join(files_of(slug))} "
         f"({len(mutants) - len([m for m in mutants if not m.excluded])} left out by the "
@@ -467,9 +477,50 @@ def _mutate(path: Path, out: Path, jobs: int, only: list[str] | None) -> dict:
         for m in chosen:
             print(f"  {m.id}: {found[m.id]}")
         return record
+    if survivors:
+        record = with_survivors_rerun(committed, record)
     report(record, mutation_records.load_triage(slug))
     mutation_records.write(record, out)
     return record
+
+
+def survivors_of(slug: str, record: dict, mutants: list[Mutant]) -> list[Mutant]:
+    """The mutants a record does not count as caught (survived, no tests), to run again after
+    unit tests were added. Refused where there is no record, or where the paper's mutants are no
+    longer the record's (its code changed: every outcome may have moved, so run it whole)."""
+    if not record:
+        raise SystemExit(f"{slug}: no record whose survivors to run again: run `make mutate` whole")
+    known = mutation_records.outcomes(record)
+    now = {m.id for m in mutants}
+    if now != set(known):
+        raise SystemExit(
+            f"{slug}: the paper's code changed since its record ({len(now - set(known))} mutants "
+            f"new, {len(set(known) - now)} gone): run `make mutate "
+            f"CHAPTERS=chapters/{slug}.ipynb` whole"
+        )
+    return [m for m in mutants if known[m.id] not in mutation_records.DETECTED]
+
+
+def with_survivors_rerun(committed: dict, rerun: dict) -> dict:
+    """The committed record with the outcomes of its survivors' new run (`rerun`, a record of
+    those mutants only): the ones now killed join `killed`, the rest keep their entries with
+    their new outcome, the hash becomes the current code's and tests', and `survivors_rerun` says
+    when and how many. The mutants it counted as caught are not run again: unit tests added
+    since cannot let one escape; a test weakened or removed shows in the next whole run (the
+    weekly sweep's)."""
+    now = mutation_records.outcomes(rerun)
+    newly_killed = [i for i, outcome in now.items() if outcome == "killed"]
+    return {
+        **committed,
+        "hash": rerun["hash"],
+        "killed": committed["killed"] + newly_killed,
+        "mutants": [
+            {**m, "outcome": now.get(m["id"], m["outcome"])}
+            for m in committed["mutants"]
+            if now.get(m["id"]) != "killed"
+        ],
+        "survivors_rerun": {**rerun["run"], "mutants": len(now), "killed": len(newly_killed)},
+    }
 
 
 def report(record: dict, triage: dict) -> None:
@@ -613,6 +664,11 @@ def main(argv=None) -> int:
     run.add_argument("--out", type=Path, default=mutation_records.RECORDS)
     run.add_argument("--jobs", type=int, default=int(os.environ.get("JOBS") or 2))
     run.add_argument("--only", nargs="+", help="run these mutant ids only; write no record")
+    run.add_argument(
+        "--survivors",
+        action="store_true",
+        help="run again only the record's survivors (after unit tests were added); update it",
+    )
     shown = sub.add_parser("show", help="print mutants' diffs and outcomes")
     shown.add_argument("slug")
     shown.add_argument("ids", nargs="+")
@@ -629,8 +685,10 @@ def main(argv=None) -> int:
     if args.only and len(chapters) != 1:
         parser.error("--only takes the ids of one chapter's mutants")
     out = args.out.resolve()
+    if args.only and args.survivors:
+        parser.error("--only and --survivors: choose one")
     for path in chapters:
-        mutate(path, out, args.jobs, args.only)
+        mutate(path, out, args.jobs, args.only, args.survivors)
     if out == mutation_records.RECORDS and not args.only:
         mutation_records.write_section()
         print(f"wrote the mutation scores into {mutation_records.BENCHMARK.name}")
