@@ -392,16 +392,20 @@ def test_a_pixel_classifier_learns_a_separable_rule():
     labels = (features[:, 0] > 0).long()
     positions = torch.randint(10, (4000, 2), generator=gen(18))
     sample = experiment.PixelSample(features, labels, positions, (10, 10))
-    classifier, history = experiment.train_pixel_classifier(sample, grid=2, seed=0, steps=150)
+    (classifier,), history = experiment.train_pixel_classifiers(
+        sample, [0.05], grid=2, seed=0, steps=150
+    )
     beta = hc.interpolation_weights(2, (10, 10))[:, positions[:, 0], positions[:, 1]].T
     accuracy = (classifier.at_pixels(features, beta).argmax(1) == labels).float().mean()
     assert accuracy > 0.98
-    plain, _ = experiment.train_pixel_classifier(sample, grid=2, seed=0, steps=150, reference=True)
+    (plain,), _ = experiment.train_pixel_classifiers(
+        sample, [0.05], grid=2, seed=0, steps=150, reference=True
+    )
     assert (plain.at_pixels(features, beta).argmax(1) == labels).float().mean() > 0.98
     assert not history.diverged
     with pytest.raises(ValueError, match="sample.labels"):
-        experiment.train_pixel_classifier(
-            experiment.PixelSample(features, labels[:10], positions, (10, 10)), seed=0
+        experiment.train_pixel_classifiers(
+            experiment.PixelSample(features, labels[:10], positions, (10, 10)), [0.05], seed=0
         )
 
 
@@ -414,7 +418,7 @@ def test_a_grid_trained_in_one_loop_gives_the_classifiers_of_separate_runs(refer
     options = dict(grid=2, seed=0, steps=40, batch_size=500, decay=True, reference=reference)
     together, _ = experiment.train_pixel_classifiers(sample, [0.01, 0.3], **options)
     for lr, classifier in zip([0.01, 0.3], together, strict=True):
-        alone, _ = experiment.train_pixel_classifier(sample, lr=lr, **options)
+        (alone,), _ = experiment.train_pixel_classifiers(sample, [lr], **options)
         assert torch.equal(classifier.weight, alone.weight)
         assert torch.equal(classifier.bias, alone.bias)
     assert not torch.equal(together[0].weight, together[1].weight)
@@ -434,8 +438,8 @@ def test_classifiers_per_category_and_per_cell_learn_what_one_shared_set_cannot(
     sample = experiment.PixelSample(features, labels, positions, (10, 10), None, categories)
 
     def accuracy(interpolate, per_category):
-        classifier, _ = experiment.train_pixel_classifier(
-            sample, grid=2, per_category=per_category, interpolate=interpolate, seed=0
+        (classifier,), _ = experiment.train_pixel_classifiers(
+            sample, [0.05], grid=2, per_category=per_category, interpolate=interpolate, seed=0
         )
         beta = hc.interpolation_weights(2, (10, 10))[:, positions[:, 0], positions[:, 1]].T
         c = categories if per_category else None
@@ -445,8 +449,11 @@ def test_classifiers_per_category_and_per_cell_learn_what_one_shared_set_cannot(
     assert accuracy(True, per_category=True) > 0.9
     assert accuracy(False, per_category=True) > 0.9
     with pytest.raises(ValueError, match="categories"):
-        experiment.train_pixel_classifier(
-            experiment.PixelSample(features, labels, positions, (10, 10)), per_category=True, seed=0
+        experiment.train_pixel_classifiers(
+            experiment.PixelSample(features, labels, positions, (10, 10)),
+            [0.05],
+            per_category=True,
+            seed=0,
         )
 
 
@@ -616,8 +623,9 @@ def test_segment_keeps_the_rate_of_lowest_validation_cross_entropy_and_the_nulls
             net, ["gap"], train, val, test, grid=1, seed=0, pixel_generator=gen(63), lrs=()
         )
     with pytest.raises(ValueError, match="interpolation only"):
-        experiment.train_pixel_classifier(
+        experiment.train_pixel_classifiers(
             experiment.sample_pixels(net, train, ["gap"], 100, generator=gen(64)),
+            [0.05],
             seed=0,
             interpolate=False,
             reference=True,
@@ -658,10 +666,16 @@ def test_validation_cross_entropy_is_the_training_loss_with_the_bilinear_weights
     )
 
 
+def small_task(stream: int, seed: int):
+    """20 training and 6 validation windows (from streams `stream` and the next) and the
+    untrained network of `seed`."""
+    train = experiment.generate_shapes(20, generator=gen(stream))
+    val = experiment.generate_shapes(6, generator=gen(stream + 1))
+    return train, val, experiment.untrained(seed=seed)
+
+
 def test_segment_on_a_sample_drawn_apart_is_segment_drawing_it():
-    train = experiment.generate_shapes(20, generator=gen(90))
-    val = experiment.generate_shapes(6, generator=gen(91))
-    net = experiment.untrained(seed=4)
+    train, val, net = small_task(90, seed=4)
     options = {"grid": 2, "seed": 0, "lrs": (0.01, 0.1), "n_pixels": 800, "steps": 10}
     drawn = experiment.segment(
         net, ["conv1", "gap"], train, val, val, pixel_generator=gen(92), **options
@@ -687,10 +701,8 @@ def test_plain_copy_holds_the_classifiers_weights_and_computes_the_same_blend():
 
 
 def test_segment_scores_every_rate_and_its_chosen_rate_is_the_run_itself():
-    train = experiment.generate_shapes(20, generator=gen(93))
-    val = experiment.generate_shapes(6, generator=gen(94))
+    train, val, net = small_task(93, seed=5)
     test = experiment.generate_shapes(5, generator=gen(95))
-    net = experiment.untrained(seed=5)
     options = {"grid": 2, "seed": 0, "lrs": (0.01, 1.0), "n_pixels": 800, "steps": 10}
     plain = experiment.segment(
         net, ["conv1", "gap"], train, val, test, pixel_generator=gen(96), **options

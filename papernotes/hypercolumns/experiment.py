@@ -17,7 +17,7 @@ loss on pixels of the validation windows, `validation_cross_entropy`), which ris
 side of each arm's best rate where the validation IoU can stay flat.
 
 Arguments are checked at the entry points (`generate_shapes`, `ShapeNet`, `pretrain`,
-`sample_pixels`, `train_pixel_classifier`, `validation_cross_entropy`, `boundary_band`,
+`sample_pixels`, `train_pixel_classifiers`, `validation_cross_entropy`, `boundary_band`,
 `segmentation_scores`, `predict_masks`, `segment`, `paired_difference`).
 """
 
@@ -357,47 +357,6 @@ def sample_pixels(
     return PixelSample(features, labels, positions, size, image, data.labels[image])
 
 
-def train_pixel_classifier(
-    sample: PixelSample,
-    *,
-    grid: int = 1,
-    per_category: bool = False,
-    interpolate: bool = True,
-    seed: int,
-    steps: int = 150,
-    batch_size: int = 2048,
-    lr: float = 0.05,
-    weight_decay: float = 1e-4,
-    decay: bool = False,
-    reference: bool = False,
-) -> tuple[nn.Module, History]:
-    """Fit a LocationClassifier (standardiser from the sample) by Adam on the negative
-    log-likelihood of its blended probabilities over minibatches of the sampled pixels; returns
-    it in eval mode, gradients off.
-
-    `per_category`: one set of K x K classifiers per shape class, the window's class picking
-    it (the sample's `categories`); otherwise one set for every window. `interpolate`: train
-    through the bilinear mix of the classifiers, as the test does; otherwise train each cell's
-    classifier on the pixels of its own cell (`hypercolumns.cell_membership`) and interpolate
-    at test time only, as the paper's system without fine-tuning does. `reference`: the nulls'
-    own classifier and weights (`PlainLocationClassifier`, `plain_weights`), interpolated.
-    """
-    (classifier,), history = train_pixel_classifiers(
-        sample,
-        [lr],
-        grid=grid,
-        per_category=per_category,
-        interpolate=interpolate,
-        seed=seed,
-        steps=steps,
-        batch_size=batch_size,
-        weight_decay=weight_decay,
-        decay=decay,
-        reference=reference,
-    )
-    return classifier, history
-
-
 def train_pixel_classifiers(
     sample: PixelSample,
     lrs: Sequence[float],
@@ -412,12 +371,23 @@ def train_pixel_classifiers(
     decay: bool = False,
     reference: bool = False,
 ) -> tuple[list[nn.Module], History]:
-    """`train_pixel_classifier` at each starting rate of `lrs`, all in one loop: one classifier
-    a rate, each on the same minibatches, one Adam parameter group a rate. The loss of an update
-    is the sum of the rates' losses, so each classifier gets exactly the gradient of its own,
-    and the classifiers are those that separate runs would give (in one loop the grid costs one
-    backward pass an update, not one a rate). A rate whose loss stops being finite stops
-    updating there, as a separate run would; the others go on. The History is of the summed loss.
+    """Fit a LocationClassifier (standardiser from the sample) at each starting rate of `lrs`
+    by Adam on the negative log-likelihood of its blended probabilities over minibatches of the
+    sampled pixels; returns them in eval mode, gradients off, with the History of the summed loss.
+
+    All rates train in one loop: one classifier a rate, each on the same minibatches, one Adam
+    parameter group a rate. The loss of an update is the sum of the rates' losses, so each
+    classifier gets exactly the gradient of its own, and the classifiers are those that separate
+    runs (`lrs` of one rate each) would give: in one loop the grid costs one backward pass an
+    update, not one a rate. A rate whose loss stops being finite stops updating there, as a
+    separate run would; the others go on.
+
+    `per_category`: one set of K x K classifiers per shape class, the window's class picking
+    it (the sample's `categories`); otherwise one set for every window. `interpolate`: train
+    through the bilinear mix of the classifiers, as the test does; otherwise train each cell's
+    classifier on the pixels of its own cell (`hypercolumns.cell_membership`) and interpolate
+    at test time only, as the paper's system without fine-tuning does. `reference`: the nulls'
+    own classifier and weights (`PlainLocationClassifier`, `plain_weights`), interpolated.
     """
     d = checks.tensor("sample.features", sample.features, "(N, D)", dtype="floating")
     checks.tensor("sample.labels", sample.labels, "(N,)", N=d["N"])
