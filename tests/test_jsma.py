@@ -585,3 +585,297 @@ def test_the_gap_beyond_is_the_difference_of_two_paired_differences():
     assert experiment.gap_beyond((a1, b1), (a1, b1), clusters) == (0.0, 0.0)
     with pytest.raises(ValueError, match="b2 must have shape"):
         experiment.gap_beyond((a1, b1), (a2, b2[:3]), clusters)
+
+
+# -- pinned by the mutation record's survivors (tests/mutation/jsma.yml) ---------------------------
+
+
+def test_the_saliency_map_raises_features_by_default():
+    # The paper's default direction: S(X, t) for increasing features.
+    default = jsma.saliency_map(HAND, torch.tensor([0]))
+    assert torch.equal(default, jsma.saliency_map(HAND, torch.tensor([0]), increase=True))
+    assert default.sum() > 0
+
+
+def test_pairs_find_what_no_single_feature_passes():
+    # Target 1 of a linear model: feature 0 raises the target (2) but the other class too (1);
+    # feature 1 lowers the other class (-3) but the target too (-1). Neither passes S(X, t)'s
+    # conditions alone; together alpha = 1 > 0 and beta = -2 < 0: the paper's reason for pairs.
+    # From x = 0 the logits are (1, 0); raising both gives (-1, 1): class 1.
+    model = linear([[1.0, -3.0], [2.0, -1.0]], [1.0, 0.0])
+    x = torch.zeros(1, 2, dtype=torch.float64)
+    attack = jsma.jsma(model, x, 1, max_distortion=1.0)  # pairs, the default
+    assert attack.success.item() and attack.x_adv.tolist() == [[1.0, 1.0]]
+    single = jsma.jsma(model, x, 1, max_distortion=1.0, pairs=False)
+    assert not single.success.item() and single.changed.item() == 0.0
+
+
+def test_the_default_step_is_the_papers_theta_of_one():
+    # On a clip range of 3 the chosen pair (0, 1) rises by theta = +1, not to the bound: the
+    # logits go from (5, 0) to (1, 4).
+    model = linear([[-3.0, -1.0, 0.0], [3.0, 1.0, 0.0]], [5.0, 0.0])
+    x = torch.zeros(1, 3, dtype=torch.float64)
+    attack = jsma.jsma(model, x, 1, max_distortion=2 / 3, clip=(0.0, 3.0))
+    assert attack.success.item() and attack.x_adv.tolist() == [[1.0, 1.0, 0.0]]
+
+
+def test_an_input_already_classified_as_its_target_is_left_as_it_is():
+    # PULL again, a batch of two aimed at class 1: the first input is class 0 (logits 6.5, 3);
+    # the second, (1, 0.9, 0.9, 0), is class 1 already (4.7, 4.8) though pairs of its features
+    # could still raise the target. Every attack, the paper's and the nulls', leaves it alone.
+    model = linear(PULL, [9.5, 0.0])
+    x = torch.tensor([[1.0, 0.0, 0.0, 0.0], [1.0, 0.9, 0.9, 0.0]], dtype=torch.float64)
+    target = torch.tensor([1, 1])
+    attacks = [
+        jsma.jsma(model, x, target, max_distortion=0.5),
+        jsma.jsma(model, x, target, max_distortion=0.5, pairs=False),
+        experiment.null_attack(model, x, target, 1.0, 0.5, rule="target alone"),
+        experiment.null_attack(model, x, target, 1.0, 0.5, rule="random", generator=gen(0)),
+    ]
+    for attack in attacks:
+        assert torch.equal(attack.x_adv[1], x[1]) and attack.success[1].item()
+        assert attack.changed[1].item() == 0.0 and attack.changed[0].item() > 0.0
+    for attack in attacks[:3]:
+        assert attack.x_adv[0].tolist() == [1.0, 1.0, 1.0, 0.0] and attack.success[0].item()
+
+
+def test_no_admissible_feature_or_pair_leaves_the_input():
+    # Target 1 loses from every feature: raising none helps it, so the single-feature search
+    # (S(X, t) = 0 everywhere) and the target-only null (alpha < 0 for every pair) stop at once.
+    model = linear([[1.0, 1.0, 1.0], [-1.0, -1.0, -1.0]])
+    x = torch.zeros(1, 3, dtype=torch.float64)
+    single = jsma.jsma(model, x, 1, max_distortion=1.0, pairs=False)
+    alone = experiment.null_attack(model, x, torch.tensor([1]), 1.0, 1.0, rule="target alone")
+    for attack in (single, alone):
+        assert torch.equal(attack.x_adv, x) and not attack.success.item()
+
+
+def test_the_target_alone_null_spends_its_one_pair_away_from_the_bound():
+    # floor(4 * 0.5 / 2) = exactly one pair. Raising (PULL): feature 0 has the largest pull but
+    # is at the bound already, so the pair is (1, 2), which reaches class 1. Lowering, the mirror
+    # image: feature 0 is at 0 already.
+    model = linear(PULL, [9.5, 0.0])
+    up = experiment.null_attack(model, SATURATED, torch.tensor([1]), 1.0, 0.5, rule="target alone")
+    assert up.success.item() and up.x_adv.tolist() == [[1.0, 1.0, 1.0, 0.0]]
+    mirror = linear([[3.0, 1.0, 1.0, 0.0], [-3.0, -1.0, -1.0, 0.0]], [3.5, 5.0])
+    x = torch.tensor([[0.0, 1.0, 1.0, 1.0]], dtype=torch.float64)
+    down = experiment.null_attack(mirror, x, torch.tensor([1]), -1.0, 0.5, rule="target alone")
+    assert down.success.item() and down.x_adv.tolist() == [[0.0, 0.0, 0.0, 1.0]]
+
+
+def test_every_attack_takes_a_second_pair_when_the_first_is_not_enough():
+    # Class 1 gains w = (1, 0.9, 0.8, 0.7) per unit, class 0 loses as much from a bias of 6: the
+    # target needs w.x > 3, all four features (3.4; the best three give 2.7). A budget of two
+    # pairs: the second pair is the two features the first left in the search domain.
+    w = [1.0, 0.9, 0.8, 0.7]
+    model = linear([[-v for v in w], w], [6.0, 0.0])
+    x, target = torch.zeros(1, 4, dtype=torch.float64), torch.tensor([1])
+    attacks = [
+        jsma.jsma(model, x, target, max_distortion=1.0),
+        experiment.null_attack(model, x, target, 1.0, 1.0, rule="target alone"),
+        experiment.null_attack(model, x, target, 1.0, 1.0, rule="random", generator=gen(0)),
+    ]
+    for attack in attacks:
+        assert attack.success.item() and attack.x_adv.tolist() == [[1.0] * 4]
+
+
+def test_the_target_alone_null_ranks_pairs_by_alpha_at_derivatives_below_one():
+    # Raising: class 1 gains (0.3, 0.2, 0.1, 0) against a constant 0.35; the pair (0, 1),
+    # alpha = 0.5, reaches it (0.5 > 0.35); feature 0 alone (0.3) would not.
+    model = linear([[0.0] * 4, [0.3, 0.2, 0.1, 0.0]], [0.35, 0.0])
+    x, target = torch.zeros(1, 4, dtype=torch.float64), torch.tensor([1])
+    up = experiment.null_attack(model, x, target, 1.0, 0.5, rule="target alone")
+    assert up.success.item() and up.x_adv.tolist() == [[1.0, 1.0, 0.0, 0.0]]
+    # Lowering from x = 1: class 1 gains (-0.3, -0.2, 0.3, 0.4), 0.2 against 0.45. Only pairs
+    # with alpha < 0 lower the target's rivals' lead: (0, 1), alpha = -0.5, gives 0.7 > 0.45;
+    # (2, 3) has the larger |alpha| (0.7) but the wrong sign.
+    model = linear([[0.0] * 4, [-0.3, -0.2, 0.3, 0.4]], [0.45, 0.0])
+    down = experiment.null_attack(model, torch.ones_like(x), target, -1.0, 0.5, rule="target alone")
+    assert down.success.item() and down.x_adv.tolist() == [[0.0, 0.0, 1.0, 1.0]]
+
+
+def test_every_attack_stops_at_its_target_with_budget_left():
+    # One pair of the six features reaches class 1 (logits 3 - s, s for s features raised);
+    # the budget allows three. Each attack stops there: two features changed.
+    model = linear([[-1.0] * 6, [1.0] * 6], [3.0, 0.0])
+    x, target = torch.zeros(1, 6, dtype=torch.float64), torch.tensor([1])
+    attacks = [
+        jsma.jsma(model, x, target, max_distortion=1.0),
+        experiment.null_attack(model, x, target, 1.0, 1.0, rule="target alone"),
+        experiment.null_attack(model, x, target, 1.0, 1.0, rule="random", generator=gen(0)),
+    ]
+    for attack in attacks:
+        assert attack.success.item() and attack.changed.item() == pytest.approx(2 / 6)
+
+
+def test_the_target_alone_null_clips_a_step_that_starts_inside_the_range():
+    # From x = 0.5 a step of theta = +1 or -1 ends at the clip bound, 1 or 0, not at 1.5 or -0.5.
+    # Class 0's bias keeps class 1 out of reach: one pair is moved and the attack fails.
+    for theta, bound in ((1.0, 1.0), (-1.0, 0.0)):
+        model = linear([[0.0] * 4, [3.0 * theta, 2.0 * theta, theta, 0.0]], [10.0, 0.0])
+        x, target = torch.full((1, 4), 0.5, dtype=torch.float64), torch.tensor([1])
+        attack = experiment.null_attack(model, x, target, theta, 0.5, rule="target alone")
+        assert attack.x_adv.tolist() == [[bound, bound, 0.5, 0.5]]
+
+
+def test_random_pairs_draw_from_the_search_domain_until_it_holds_no_pair():
+    # A model that never outputs the target; eight features, four pairs of budget. Row 0 has one
+    # feature below the bound (no pair: untouched), row 1 three (one pair, then one feature
+    # left: it stops), row 2 all eight (four pairs, each feature once).
+    model = linear(torch.zeros(2, 8))
+    x = torch.ones(3, 8, dtype=torch.float64)
+    x[0, 7:], x[1, 5:], x[2] = 0.0, 0.0, 0.0
+    attack = experiment.null_attack(
+        model, x, torch.ones(3, dtype=torch.int64), 1.0, 1.0, rule="random", generator=gen(5)
+    )
+    assert attack.changed.tolist() == [0.0, 2 / 8, 1.0]
+    assert torch.equal(attack.x_adv[0], x[0]) and attack.x_adv[1, 5:].sum() == 2
+    # Steps of 0.25: two movable features stay in the search domain until they reach 1.
+    x = torch.tensor([[1.0] * 6 + [0.0] * 2], dtype=torch.float64)
+    small = experiment.null_attack(
+        model, x, torch.tensor([1]), 0.25, 1.0, rule="random", generator=gen(5)
+    )
+    assert small.x_adv.tolist() == [[1.0] * 8]
+
+
+def test_adversarial_distance_is_per_input_at_derivatives_below_one():
+    # logits = W relu(x): the Jacobian is W with the columns of negative features zeroed. Target
+    # 1: dF_1/dx = (1, -0.5, 0.5, 0.5), the other class's (-0.5, -0.5, 0.5, -1.5); S(X, t) =
+    # (0.5, 0, 0, 0.75), every value below 1. With every feature positive two of four pass,
+    # A = 0.5; with feature 0 negative only feature 3 does, A = 0.75.
+    weight = [[-0.5, -0.5, 0.5, -1.5], [1.0, -0.5, 0.5, 0.5]]
+    model = nn.Sequential(nn.ReLU(), linear(weight))
+    x = torch.tensor([[0.5, 0.5, 0.5, 0.5], [-0.5, 0.5, 0.5, 0.5]], dtype=torch.float64)
+    distance = jsma.adversarial_distance(model, x, 1)
+    assert distance.tolist() == [0.5, 0.75]
+
+
+def test_the_gap_beyond_names_the_argument_it_rejects():
+    good = torch.tensor([True, False, True, False])
+    for i, name in enumerate(("a1", "b1", "a2", "b2")):
+        args = [good] * 4
+        args[i] = good.double()
+        with pytest.raises(TypeError, match=f"^{name} must be a torch.bool tensor"):
+            experiment.gap_beyond(
+                (args[0], args[1]), (args[2], args[3]), torch.tensor([0, 0, 1, 1])
+            )
+
+
+def test_the_levelled_off_budget_waits_for_a_last_group_beyond_two_errors():
+    # 20 digits of 9 attacks, a quarter of the digits succeeding first at 2, 4, 6 and 8 features.
+    # At 6 features success is 0.25 below the last budget's, with a paired SE of 0.0993: more
+    # than two SE (0.199), less than three (0.298). So 8 features is where it levels off.
+    changed = torch.tensor([2, 4, 6, 8]).repeat_interleave(45) / 64
+    attack = jsma.Attack(torch.zeros(180, 64), torch.ones(180, dtype=torch.bool), changed)
+    budgets = [2 / 64, 4 / 64, 6 / 64, 8 / 64]
+    gap, se = experiment.paired_difference(
+        jsma.success_within(attack, 8 / 64),
+        jsma.success_within(attack, 6 / 64),
+        torch.arange(180) // 9,
+    )
+    assert 2 * se < gap <= 3 * se
+    assert experiment.levelled_off(attack, budgets, torch.arange(180) // 9) == 8 / 64
+
+
+def test_a_success_at_exactly_the_budget_counts_within_it():
+    # Changed 2/8, 3/8, 1/8 (a failure) and 0: within 2/8, the first succeeds (exactly at the
+    # budget), the second is over it, the third failed.
+    attack = jsma.Attack(
+        torch.zeros(4, 8),
+        torch.tensor([True, True, False, True]),
+        torch.tensor([2, 3, 1, 0]) / 8,
+    )
+    expected = [True, False, False, True]
+    assert jsma.success_within(attack, 2 / 8).tolist() == expected
+    assert experiment.null_success_within(attack, 2 / 8).tolist() == expected
+
+
+def test_pair_hardness_reads_only_its_rows_and_the_papers_sum_without_the_strip():
+    # Six attacks; the cell's rows are the first four: successes at 1/8, 2/8 and 3/8 of the
+    # features and a failure. Over budgets 0.1, 1/8, 2/8, 3/8 its success rates are 0, 1/4,
+    # 1/2, 3/4 and the mean distortions of its successes -, 1/8, 3/16, 1/4.
+    attack = jsma.Attack(
+        torch.zeros(6, 8),
+        torch.tensor([True, True, True, False, True, True]),
+        torch.tensor([0.125, 0.25, 0.375, 0.5, 0.125, 0.125]),
+    )
+    rows = torch.tensor([True, True, True, True, False, False])
+    budgets = [0.1, 0.125, 0.25, 0.375]
+    trapezoids = 0.25 * (0.125 + 0.1875) / 2 + 0.25 * (0.1875 + 0.25) / 2
+    paper = experiment.pair_hardness(attack, budgets, rows, strip=False)
+    assert paper == pytest.approx(trapezoids)
+    book = experiment.pair_hardness(attack, budgets, rows)
+    assert book == pytest.approx(trapezoids + 0.25 * 0.125)
+    per_success = experiment.pair_hardness(attack, budgets, rows, per_success=True)
+    assert per_success == pytest.approx((trapezoids + 0.25 * 0.125) / 0.75)
+    # success only at the last of three budgets: H per success is its distortion, 1/8
+    late = experiment.pair_hardness(attack, [0.05, 0.1, 0.125], rows, per_success=True)
+    assert late == pytest.approx(0.125)
+
+
+def test_hardness_is_computed_in_double_precision():
+    # Python floats in, the area to 12 digits: single precision would round 0.1 and 0.05.
+    tau, eps = [0.1, 0.3, 0.7], [0.05, 0.2, 0.3]
+    expected = 0.1 * 0.05 + 0.2 * (0.05 + 0.2) / 2 + 0.4 * (0.2 + 0.3) / 2
+    assert jsma.hardness(tau, eps) == pytest.approx(expected, rel=1e-12)
+
+
+def test_per_class_pair_keeps_each_measure_in_double_precision():
+    source, target = torch.tensor([0, 0, 1]), torch.tensor([1, 2, 0])
+    matrix = experiment.per_class_pair(lambda rows: rows.sum().item() / 3, source, target)
+    assert matrix[0, 1].item() == 1 / 3 and matrix[1, 0].item() == 1 / 3
+
+
+def test_spearman_brown_of_opposite_halves_is_minus_one():
+    # 2r / (1 + r) has no value at r = -1 (0 in the denominator): the reliability is -1 there.
+    assert experiment.spearman_brown(-1.0) == -1.0
+    assert experiment.spearman_brown(-0.5) == pytest.approx(-2.0)
+
+
+def test_the_cnn_is_two_same_padded_convolutions_and_a_64_unit_relu_layer():
+    # The chapter's CNN: 3x3 convolutions that keep the 8x8 and 4x4 maps (16 then 32 channels),
+    # each followed by a ReLU and a 2x2 max-pool, then 128 -> 64 ReLU units -> 10 logits.
+    model = experiment.CNN()
+    shapes, h = [], torch.zeros(1, 64).reshape(1, 1, 8, 8)
+    for layer in [*model.features, *model.head]:
+        h = layer(h)
+        shapes.append((type(layer).__name__, tuple(h.shape[1:])))
+    assert shapes == [
+        ("Conv2d", (16, 8, 8)),
+        ("ReLU", (16, 8, 8)),
+        ("MaxPool2d", (16, 4, 4)),
+        ("Conv2d", (32, 4, 4)),
+        ("ReLU", (32, 4, 4)),
+        ("MaxPool2d", (32, 2, 2)),
+        ("Flatten", (128,)),
+        ("Linear", (64,)),
+        ("ReLU", (64,)),
+        ("Linear", (10,)),
+    ]
+    assert model.features[0].padding == (1, 1)
+
+
+def test_training_draws_batches_of_64_from_the_runs_batch_stream(monkeypatch):
+    # What train_classifier hands the shared loop, without training: the model asked for, Adam
+    # at the learning rate given, minibatches of 64 drawn from stream BATCHES of the seed, and
+    # six evaluations of the validation accuracy over the run (every step of a shorter run).
+    digits = load_digits_split()
+    calls = []
+
+    def spy(model, train_y, optimizer, steps, **kwargs):
+        calls.append((model, optimizer, kwargs))
+        return experiment.training.History()
+
+    monkeypatch.setattr(experiment.training, "train_classifier", spy)
+    experiment.train_classifier(digits, lr=0.02, steps=600, seed=3)
+    experiment.train_classifier(digits, cnn=True, steps=5, seed=3)
+    (mlp, adam, first), (cnn, _, second) = calls
+    assert not isinstance(mlp, experiment.CNN) and isinstance(cnn, experiment.CNN)
+    assert adam.param_groups[0]["lr"] == 0.02
+    expected = experiment.minibatches(
+        len(digits.train_x), 64, experiment.training.generator(3, experiment.BATCHES)
+    )
+    for _ in range(2):
+        assert torch.equal(next(first["batches"]), next(expected))
+    assert first["eval_every"] == 100 and second["eval_every"] == 1
+    assert set(first["evaluate"]()) == {"val_accuracy"}
