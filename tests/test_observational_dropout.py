@@ -33,6 +33,12 @@ def episodes(n=6, seed=0, env=None):
     return env.episodes(n, gen(seed))
 
 
+def pendulum_world():
+    """The default pendulum, six of its episodes (start and noise) and three random agents."""
+    env = experiment.Pendulum()
+    return (env, *episodes(env=env), agents())
+
+
 # -- the pendulum ----------------------------------------------------------------------------------
 
 
@@ -111,9 +117,7 @@ def test_peeks_happen_with_each_runs_probability_and_follow_the_generator():
 
 
 def test_when_it_always_peeks_the_model_changes_nothing():
-    env = experiment.Pendulum()
-    start, noise = episodes()
-    params = agents()
+    env, start, noise, params = pendulum_world()
     peeks = torch.ones(3, 6, env.steps, dtype=torch.bool)
     a = od.rollout(params, H, env, start, noise, peeks)
     b = od.rollout(identity_models(params), H, env, start, noise, peeks)
@@ -124,9 +128,7 @@ def test_when_it_always_peeks_the_model_changes_nothing():
 
 
 def test_with_p_zero_the_real_state_is_never_seen_after_the_start():
-    env = experiment.Pendulum()
-    start, noise = episodes()
-    params = agents()
+    env, start, noise, params = pendulum_world()
     peeks = torch.zeros(3, 6, env.steps, dtype=torch.bool)
     _, _, seen = od.rollout(params, H, env, start, noise, peeks)
     kicked = noise.clone()
@@ -153,9 +155,7 @@ def test_the_agent_sees_the_real_state_when_it_peeks_and_else_the_models_output(
 
 
 def test_the_score_is_the_task_cost_alone_and_ignores_an_unconsulted_model():
-    env = experiment.Pendulum()
-    start, noise = episodes()
-    params = agents()
+    env, start, noise, params = pendulum_world()
     peeks = od.peek_mask(torch.full((3,), 0.3), 6, env.steps, gen(4))
     costs, states, _ = od.rollout(params, H, env, start, noise, peeks)
     assert torch.equal(costs, states[..., 0].pow(2))
@@ -281,19 +281,54 @@ def test_a_deployed_controller_always_sees_the_real_pendulum():
 # -- the stronger nulls: the blind agent, the free pendulum, the double integrator ----------------
 
 
-def test_the_blind_agent_is_the_mechanism_at_p_zero_by_code_of_its_own():
-    env = experiment.Pendulum()
-    start, noise = episodes()
-    params = agents()
+def test_the_agents_of_p_zero_and_one_are_the_mechanism_there_by_code_of_their_own():
+    env, start, noise, params = pendulum_world()
     never = torch.zeros(3, 6, env.steps, dtype=torch.bool)
     costs, _, _ = od.rollout(params, H, env, start, noise, never)
-    blind = experiment.blind_rollout(params, H, env, start, noise)
+    blind = experiment.extreme_rollout(params, H, env, start, noise, torch.zeros(3, dtype=bool))
     assert torch.allclose(blind, costs, atol=1e-6)
-    # it acts on M's chain, not on the real state: with a peek at every step it would differ
+    # the blind agent acts on M's chain, not on the real state: at p = 1 it would differ
     always = torch.ones(3, 6, env.steps, dtype=torch.bool)
-    assert not torch.allclose(blind, od.rollout(params, H, env, start, noise, always)[0])
-    shown = experiment.costs_of_blind_agents(params, hidden=H, env=env, start=start, noise=noise)
-    assert torch.allclose(shown, blind.mean(-1))
+    seeing = od.rollout(params, H, env, start, noise, always)[0]
+    assert not torch.allclose(blind, seeing)
+    mixed = experiment.extreme_rollout(params, H, env, start, noise, torch.tensor([0, 1, 0]) > 0)
+    assert torch.allclose(mixed[1], seeing[1], atol=1e-6)
+    assert torch.allclose(mixed[[0, 2]], blind[[0, 2]], atol=1e-6)
+    shown = experiment.costs_of_extreme_agents(
+        params, [False, True, False], hidden=H, env=env, start=start, noise=noise
+    )
+    assert torch.allclose(shown, mixed.mean(-1))
+    with pytest.raises(ValueError, match="always"):
+        experiment.costs_of_extreme_agents(
+            params, [True], hidden=H, env=env, start=start, noise=noise
+        )
+
+
+def test_the_agents_of_the_two_ends_are_searched_as_the_mechanisms_agents_are():
+    env = experiment.Pendulum(steps=8)
+    search = experiment.Search(generations=3, pairs=2, episodes=2)
+    options = dict(seed=1, env=env, hidden=H, search=search)
+    ends = experiment.train_extreme_agents([False, True], [0.1, 0.1], **options)
+    mechanism = experiment.train_agents([0.0, 1.0], [0.1, 0.1], **options)
+    assert torch.allclose(ends, mechanism, atol=1e-5)
+
+
+def test_the_rule_for_step_sizes_takes_the_lowest_cost_and_the_middle_of_ties():
+    episodes = 0.01 * torch.randn(1, 400, generator=gen(40))  # what every step size shares
+    swing = torch.tensor([1.0, -1.0]).repeat(200)  # a paired difference of mean 0, sd 1
+    clear = torch.tensor([0.5, 0.4, 0.3, 0.2, 0.25])[:, None] + episodes
+    assert experiment.choose(clear) == 3  # the lowest, the others above it on every episode
+    flat = 0.2 + episodes + 0.01 * torch.arange(5.0)[:, None] * swing
+    flat[4] -= 1e-4  # the lowest, by far less than a standard error (5e-4 or more): all tie
+    assert experiment.choose(flat) == 2  # the middle of the grid
+    edge = torch.tensor([0.5, 0.4, 0.3, 0.2001, 0.2])[:, None] + episodes
+    edge[3] += 0.01 * swing  # ties with the lowest, at the edge
+    assert experiment.choose(edge) == 3  # of two tied, the one nearer the middle
+    edge[3] = 0.2001 + episodes  # 1e-4 above on every episode: no tie
+    assert experiment.choose(edge) == 4
+    assert experiment.choose(torch.tensor([[0.3], [0.1], [0.2]])) == 1  # one episode: no ties
+    with pytest.raises(ValueError, match="costs"):
+        experiment.choose(torch.zeros(5))
 
 
 def test_the_free_pendulum_forecast_ignores_the_action_and_the_kick():
@@ -386,9 +421,9 @@ def test_the_double_integrator_has_no_pendulum():
         expected.append(seen[..., 0].pow(2))
     assert torch.allclose(costs, torch.stack(expected, -1))
     scores = experiment.imagined_costs(controllers, world, env, start)
-    assert torch.allclose(scores, costs.mean((-2, -1)))
+    assert torch.allclose(scores, costs.mean(-1))
     exploded = experiment.imagined_costs(controllers, lambda s, a: s * float("inf"), env, start)
-    assert torch.equal(exploded, torch.full((2,), 1e6))
+    assert torch.equal(exploded, torch.full((2, 3), 1e6))
 
 
 def test_on_policy_transitions_are_the_ones_the_agent_went_through():
@@ -424,9 +459,7 @@ def test_bad_input_is_refused_with_the_arguments_name():
         experiment.train_agents([0.1, 0.2], [0.1], seed=0, env=experiment.Pendulum())
     with pytest.raises(ValueError, match="kind"):
         experiment.initial_rules(["hold", "forecast"])
-    env = experiment.Pendulum()
-    start, noise = episodes()
-    params = agents()
+    env, start, noise, params = pendulum_world()
     peeks = torch.ones(3, 6, env.steps, dtype=torch.bool)
     with pytest.raises(ValueError, match="params"):
         od.rollout(params[:, :-1], H, env, start, noise, peeks)

@@ -12,19 +12,21 @@ The mechanism is `papernotes.observational_dropout`, called through the module s
 patched mechanism (tests/mutants/observational_dropout.py) reaches every agent trained with
 observational dropout; the agents' costs are read off the real states the roll-out went
 through, by this module's code. The baselines, the agents without a world model (holding,
-zeros, shrinking the last observation), the blind agent (its own world model, never a peek after
-the start), the network trained to predict, the exact pendulum blind to the action, the double
+zeros, shrinking the last observation), the agents at the two ends of the peek probability (the
+blind agent of p = 0, never a peek after the start, and the agent of p = 1, whose model is never
+consulted), the network trained to predict, the exact pendulum blind to the action, the double
 integrator and the imagination in which controllers are searched, are computed by this module's
-own code, which no mutant reaches.
+own code, which no mutant reaches. Every searched arm picks its step size by one rule
+(`choose`): the lowest validation cost, ties within a standard error going to the grid's middle.
 
 Entry points check their arguments (`Pendulum`, `evolve`, `Search`, `train_agents`,
-`train_rule_agents`, `train_blind_agents`, `initial_rules`, `train_predictor`,
+`train_rule_agents`, `train_extreme_agents`, `initial_rules`, `train_predictor`,
 `train_in_imagination`, `train_in_double_integrator`, `costs_of_agents`, `costs_of_rules`,
-`costs_of_blind_agents`, `costs_of_controllers`, `transitions`, `action_pairs`,
+`costs_of_extreme_agents`, `costs_of_controllers`, `transitions`, `action_pairs`,
 `one_step_errors`, `response_errors`, `response_signs`, `on_policy_transitions`,
-`dream_and_reality`, `study`, `beats_by`); `rule_rollout`, `blind_rollout`, `forward_model`,
-`imagine`, `imagine_in`, `imagined_costs`, `search_inside`, `double_integrator`, `hold_errors`,
-`free_pendulum_errors` and `blind_response_errors` are their unchecked cores.
+`dream_and_reality`, `choose`, `study`, `beats_by`); `rule_rollout`, `extreme_rollout`,
+`forward_model`, `imagine`, `imagine_in`, `imagined_costs`, `search_inside`, `double_integrator`,
+`hold_errors`, `free_pendulum_errors` and `blind_response_errors` are their unchecked cores.
 """
 
 from __future__ import annotations
@@ -157,6 +159,21 @@ class Search:
         checks.number("sigma", self.sigma, 0.0, low_open=True)
 
 
+def _search(cost_of, mean, lrs, search: Search, seed: int, mask=None) -> torch.Tensor:
+    """`evolve` with the search's settings from the seed's stream SEARCH: every family of agents
+    and controllers is searched by this one call."""
+    return evolve(
+        cost_of,
+        mean,
+        lrs,
+        generations=search.generations,
+        pairs=search.pairs,
+        sigma=search.sigma,
+        gen=generator(seed, SEARCH),
+        mask=mask,
+    )
+
+
 def _flat(population: torch.Tensor) -> torch.Tensor:
     return population.reshape(-1, population.shape[-1])
 
@@ -203,16 +220,7 @@ def train_agents(
         )
         return costs.reshape(len(ps), members)
 
-    mean = initial_agents(len(ps), hidden, seed)
-    return evolve(
-        cost_of,
-        mean,
-        lrs,
-        generations=search.generations,
-        pairs=search.pairs,
-        sigma=search.sigma,
-        gen=generator(seed, SEARCH),
-    )
+    return _search(cost_of, initial_agents(len(ps), hidden, seed), lrs, search, seed)
 
 
 def costs_of_agents(params, *, p: float, hidden: int, env: Pendulum, start, noise, peek_gen):
@@ -230,57 +238,76 @@ def costs_of_agents(params, *, p: float, hidden: int, env: Pendulum, start, nois
     return env.cost(states).mean(-1)
 
 
-# -- the blind agents: a world model searched on the task, never a peek after the start ------------
+# -- the agents of p = 0 and p = 1, by code of their own ------------------------------------------
 
 
-def blind_rollout(params, hidden: int, env: Pendulum, start, noise) -> torch.Tensor:
-    """Agents (B, P), C and M as the mechanism's, that never see the pendulum after the start
-    (the agent of p = 0), by code of their own: they act on M's chain from the start, whatever
-    happens. Returns per-step costs (B, E, T)."""
-    k, b, model = params[:, :2], params[:, 2], params[:, 3:]
-    state = seen = start.expand(params.shape[0], -1, -1)
+def extreme_rollout(params, hidden: int, env: Pendulum, start, noise, always) -> torch.Tensor:
+    """Agents (B, P), C and M as the mechanism's, at the two ends of the peek probability, by
+    code of their own: where `always` (B,) is False the agent never sees the pendulum after the
+    start (p = 0, the blind agent: it acts on M's chain from the start, whatever happens); where
+    True it sees it at every step (p = 1: M is never consulted). Returns per-step costs
+    (B, E, T)."""
+    model = params[:, 3:]
+
+    def shown(i, seen, action, state):
+        # o^_{t+1} = o_{t+1} (p = 1) or M(o^_t, a_t), never the real o_{t+1} (p = 0)
+        guess = forward_model(model, hidden, seen, action, env.dt)
+        return torch.where(always[:, None, None], state, guess)
+
+    return _own_rollout(params[:, :2], params[:, 2], env, start, noise, shown)
+
+
+def _own_rollout(k, b, env: Pendulum, start, noise, shown) -> torch.Tensor:
+    """Agents whose controller (gains k (B, 2), bias b (B,)) acts on what they are shown,
+    `shown(i, seen, action, next_state)` giving what they see after step i, by the experiment's
+    own code: per-step costs (B, E, T)."""
+    state = seen = start.expand(k.shape[0], -1, -1)
     costs = []
     for i in range(noise.shape[-2]):
-        # a_t = u_max tanh(k . o^_t + b) + eps_t; o^_{t+1} = M(o^_t, a_t), never the real o_{t+1}
+        # a_t = u_max tanh(k . o^_t + b) + eps_t; s_{t+1} = f(s_t, a_t, kick_t)
         action = env.u_max * torch.tanh((seen * k[:, None]).sum(-1) + b[:, None])
         action = action + noise[..., i, 1]
         state = env.step(state, action, noise[..., i, 0])
-        seen = forward_model(model, hidden, seen, action, env.dt)
+        seen = shown(i, seen, action, state)
         costs.append(env.cost(state))
     return torch.stack(costs, -1)
 
 
-def train_blind_agents(
-    lrs, *, seed: int, env: Pendulum, hidden: int = 8, search: Search | None = None
+def _always(always, r: int) -> torch.Tensor:
+    always = torch.as_tensor(always, dtype=torch.bool)
+    checks.tensor("always", always, "(R)", R=r, dtype=torch.bool)
+    return always
+
+
+def train_extreme_agents(
+    always, lrs, *, seed: int, env: Pendulum, hidden: int = 8, search: Search | None = None
 ) -> torch.Tensor:
-    """Search blind agents (C and M together, from the agents' start) with the ES step sizes
-    `lrs`, on the same episodes and with the same strategy as `train_agents`; returns (R, P)."""
+    """Search agents of p = 0 (`always` False) or p = 1 (True), C and M together from the agents'
+    start, with the ES step sizes `lrs`, on the same episodes and with the same strategy as
+    `train_agents`; returns (R, P)."""
     _, lrs = _runs([0.0] * len(lrs), lrs)
+    always = _always(always, len(lrs))
     search = Search() if search is None else search
     episodes = generator(seed, EPISODES)
 
     def cost_of(population, i):
         start, noise = env.episodes(search.episodes, episodes)
         members = population.shape[1]
-        costs = blind_rollout(_flat(population), hidden, env, start, noise)
+        each = always.repeat_interleave(members)
+        costs = extreme_rollout(_flat(population), hidden, env, start, noise, each)
         return costs.mean((-2, -1)).reshape(len(lrs), members)
 
-    return evolve(
-        cost_of,
-        initial_agents(len(lrs), hidden, seed),
-        lrs,
-        generations=search.generations,
-        pairs=search.pairs,
-        sigma=search.sigma,
-        gen=generator(seed, SEARCH),
-    )
+    return _search(cost_of, initial_agents(len(lrs), hidden, seed), lrs, search, seed)
 
 
-def costs_of_blind_agents(params, *, hidden: int, env: Pendulum, start, noise) -> torch.Tensor:
-    """The cost of each blind agent (R, P) on given episodes: (R, E)."""
-    checks.tensor("params", params, "(R, P)", dtype="floating")
+def costs_of_extreme_agents(
+    params, always, *, hidden: int, env: Pendulum, start, noise
+) -> torch.Tensor:
+    """The cost of each agent of p = 0 or p = 1 (R, P) on given episodes: (R, E)."""
+    r = checks.tensor("params", params, "(R, P)", dtype="floating")["R"]
+    always = _always(always, r)
     with torch.no_grad():
-        return blind_rollout(params, hidden, env, start, noise).mean(-1)
+        return extreme_rollout(params, hidden, env, start, noise, always).mean(-1)
 
 
 # -- the baselines: the same controller, no world model --------------------------------------------
@@ -290,18 +317,13 @@ def rule_rollout(params, env, start, noise, peeks):
     """Agents without a world model: C as above, and where it does not peek it is shown
     lambda * (what it saw last) (params (B, 5): k, b, lambda): holding (lambda = 1), zeros
     (lambda = 0) or shrinking towards the centre (lambda searched). Returns per-step costs."""
-    k, b, lam = params[:, :2], params[:, 2], params[:, 3:5]
-    state = seen = start.expand(params.shape[0], -1, -1)
-    costs = []
-    for i in range(noise.shape[-2]):
-        # a_t = u_max tanh(k . o^_t + b) + eps_t; o^_{t+1} = o_{t+1} if it peeks, else
-        # lambda * o^_t
-        action = env.u_max * torch.tanh((seen * k[:, None]).sum(-1) + b[:, None])
-        action = action + noise[..., i, 1]
-        state = env.step(state, action, noise[..., i, 0])
-        seen = torch.where(peeks[..., i, None], state, lam[:, None] * seen)
-        costs.append(env.cost(state))
-    return torch.stack(costs, -1)
+    lam = params[:, 3:5]
+
+    def shown(i, seen, action, state):
+        # o^_{t+1} = o_{t+1} if it peeks, else lambda * o^_t
+        return torch.where(peeks[..., i, None], state, lam[:, None] * seen)
+
+    return _own_rollout(params[:, :2], params[:, 2], env, start, noise, shown)
 
 
 def _rule_peeks(ps: torch.Tensor, episodes: int, steps: int, gen: torch.Generator):
@@ -341,16 +363,7 @@ def train_rule_agents(
         return costs.mean((-2, -1)).reshape(len(ps), members)
 
     mean, mask = initial_rules(kinds)
-    return evolve(
-        cost_of,
-        mean,
-        lrs,
-        generations=search.generations,
-        pairs=search.pairs,
-        sigma=search.sigma,
-        gen=generator(seed, SEARCH),
-        mask=mask,
-    )
+    return _search(cost_of, mean, lrs, search, seed, mask=mask)
 
 
 def costs_of_rules(params, *, p: float, env: Pendulum, start, noise, peek_gen):
@@ -569,9 +582,9 @@ def imagine_in(controllers, world, env: Pendulum, start) -> torch.Tensor:
 
 
 def imagined_costs(controllers, world, env: Pendulum, start) -> torch.Tensor:
-    """Each controller's mean imagined cost (B,), an imagined state that left the world (not
-    finite) scoring worst."""
-    costs = imagine_in(controllers, world, env, start).mean((-2, -1))
+    """Each controller's imagined cost from each start (B, E), an imagined state that left the
+    world (not finite) scoring worst."""
+    costs = imagine_in(controllers, world, env, start).mean(-1)
     return torch.nan_to_num(costs, nan=1e6, posinf=1e6).clamp(max=1e6)
 
 
@@ -607,17 +620,10 @@ def search_inside(world, lrs, *, seed: int, env: Pendulum, search: Search | None
 
     def cost_of(population, i):
         start, _ = env.episodes(search.episodes, episodes)
-        return imagined_costs(_flat(population), world, env, start).reshape(r, population.shape[1])
+        costs = imagined_costs(_flat(population), world, env, start).mean(-1)
+        return costs.reshape(r, population.shape[1])
 
-    return evolve(
-        cost_of,
-        torch.zeros(r, 3),
-        lrs,
-        generations=search.generations,
-        pairs=search.pairs,
-        sigma=search.sigma,
-        gen=generator(seed, SEARCH),
-    )
+    return _search(cost_of, torch.zeros(r, 3), lrs, search, seed)
 
 
 def train_in_double_integrator(
@@ -677,39 +683,53 @@ def _runs(ps, lrs) -> tuple[torch.Tensor, torch.Tensor]:
 
 # -- the chapter's study ---------------------------------------------------------------------------
 
-LRS = (
-    0.003,
-    0.01,
-    0.03,
-    0.1,
-    0.3,
-)  # the ES step sizes every searched arm is tuned over
+LRS = (0.003, 0.01, 0.03, 0.1, 0.3)  # the ES step sizes every searched arm is tuned over
 PEEK = 0.05  # the headline's peek probability (the paper's cart-pole video)
-SWEEP = (0.0, 0.05, 0.1, 0.2, 0.5, 1.0)  # the peek probabilities of the sweep
-VALID, TEST, VALID_PEEKS, TEST_PEEKS, TEST_TRANSITIONS, TEST_RESPONSES = (
-    10,
-    11,
-    12,
-    13,
-    14,
-    15,
-)
-MODELS = (
-    "emerged",
-    "predictor",
-    "untrained",
-)  # the world models controllers are searched in
+SWEEP = (0.0, 0.05, 0.2, 0.5, 1.0)  # the peek probabilities of the sweep, each tuned on LRS
+VALID, TEST, VALID_PEEKS, TEST_PEEKS, TEST_TRANSITIONS, TEST_RESPONSES = 10, 11, 12, 13, 14, 15
+MODELS = ("emerged", "predictor", "untrained")  # the world models controllers are searched in
+
+
+def choose(costs: torch.Tensor) -> int:
+    """The step size chosen from validation costs (n, E), a row per step size of a grid and a
+    column per validation episode: the lowest mean cost, unless other step sizes tie with it
+    (their mean cost above the lowest by no more than one standard error of the paired
+    difference over the episodes); of the tied, the one nearest the middle of the grid (the
+    smaller of two as near). Where the validation cannot tell step sizes apart, their noise would
+    pick one at random, an edge of the grid as readily as any other; the rule keeps the middle."""
+    n = checks.tensor("costs", costs, "(N, E)", dtype="floating")["N"]
+    means = costs.mean(1)
+    best = int(means.argmin())
+    if costs.shape[1] < 2:  # one episode: no standard error to tie within
+        return best
+    difference = costs - costs[best]
+    se = difference.std(1) / costs.shape[1] ** 0.5
+    tied = [i for i in range(n) if i == best or bool(difference[i].mean() <= se[i])]
+    middle = (n - 1) / 2
+    return min(tied, key=lambda i: (abs(i - middle), i))
+
+
+def sweep_name(p: float) -> str:
+    """The name of the world model (and of its controller) that emerged at peek probability p."""
+    return "emerged" if p == PEEK else f"p = {p:g}"
+
+
+def agent_name(p: float) -> str:
+    """The name of the agent searched at peek probability p: the headline's, the blind agent of
+    p = 0, or the sweep's."""
+    return {PEEK: "model", 0.0: "blind"}.get(p, f"p = {p:g}")
 
 
 @dataclass
 class Study:
     """Everything the chapter reads. `validation`: each searched arm's validation cost at each
-    step size of LRS; `chosen`: the step size it chose; `test`: the chosen arms' test costs per
-    episode (E,) at p = PEEK ("model", "hold", "zeros", "shrink"), the controllers searched inside
-    each world model and deployed ("inside emerged", ..., "inside none" for no action at all),
-    and the one-step forecast errors per transition ("forecast emerged", ...); `sweep`: for
-    each p of SWEEP, the test costs per episode of the agent with a world model and of the hold
-    agent at that p, of the controller searched inside its model, and its forecast errors."""
+    step size of LRS; `chosen`: the step size it chose (`choose`); `test`: the chosen arms' test
+    costs per episode (E,) at p = PEEK ("model", "hold", "zeros", "shrink", "blind"), the
+    controllers searched inside each world model and deployed ("inside emerged", ...,
+    "inside p = 0", ..., "inside none" for no action at all), and the one-step forecast errors
+    per transition ("forecast emerged", ...); `sweep`: for each p of SWEEP, the test costs per
+    episode of the agent with a world model and of the hold agent at that p, of the controller
+    searched inside its model, and its forecast errors."""
 
     validation: dict
     chosen: dict
@@ -731,18 +751,30 @@ def study(
     n_test: int = 512,
 ) -> Study:
     """The chapter's experiment from one seed: agents with a world model and without one,
-    searched alike at p = PEEK over the step sizes LRS, and with a world model (and holding) at
-    every other p of SWEEP with the middle step size; the network trained to predict;
-    controllers searched inside the world models; all scored on validation episodes (choices)
-    and test episodes (claims), each from a stream of its own."""
+    searched alike at p = PEEK over the step sizes LRS; agents with a world model at every other
+    p of SWEEP, tuned alike (those of p = 0 and p = 1 by code of their own), and hold agents there
+    at the middle step size; the network trained to predict; controllers searched inside the
+    world models, tuned alike on their imagined cost; all scored on validation episodes
+    (choices, `choose`) and test episodes (claims), each from a stream of its own."""
     checks.integer("seed", seed, 0)
     env = Pendulum() if env is None else env
     search = Search() if search is None else search
-    n, others, mid = len(LRS), [p for p in SWEEP if p != PEEK], LRS[len(LRS) // 2]
+    n, mid = len(LRS), LRS[len(LRS) // 2]
+    middle = [PEEK] + [p for p in SWEEP if p not in (0.0, 1.0, PEEK)]  # searched as the mechanism
+    others = [p for p in SWEEP if p != PEEK]
     valid = env.episodes(n_valid, generator(seed, VALID))
     test = env.episodes(n_test, generator(seed, TEST))
 
     def agent_costs(params, p, episodes, stream):
+        if p in (0.0, 1.0):  # the agents of the two ends, by code of their own
+            return costs_of_extreme_agents(
+                params,
+                [p == 1.0] * len(params),
+                hidden=hidden,
+                env=env,
+                start=episodes[0],
+                noise=episodes[1],
+            )
         return costs_of_agents(
             params,
             p=p,
@@ -766,15 +798,13 @@ def study(
     def deployed(controllers, episodes):
         return costs_of_controllers(controllers, env=env, start=episodes[0], noise=episodes[1])
 
-    # agents at p = PEEK (one run per step size), then one per other p of the sweep
-    agents = train_agents(
-        [PEEK] * n + others,
-        list(LRS) + [mid] * len(others),
-        seed=seed,
-        env=env,
-        hidden=hidden,
-        search=search,
-    )
+    # agents with a world model: one run per (p, step size); the ends of the sweep apart
+    options = {"seed": seed, "env": env, "hidden": hidden, "search": search}
+    searched = train_agents([p for p in middle for _ in LRS], list(LRS) * len(middle), **options)
+    ends = train_extreme_agents([False] * n + [True] * n, list(LRS) * 2, **options)
+    grids = {p: searched[j * n : (j + 1) * n] for j, p in enumerate(middle)}
+    grids.update({0.0: ends[:n], 1.0: ends[n:]})
+    # agents without a world model at p = PEEK, tuned alike; hold at the sweep's other p's
     kinds = [kind for kind in RULES for _ in LRS] + ["hold"] * len(others)
     rules = train_rule_agents(
         kinds,
@@ -784,26 +814,19 @@ def study(
         env=env,
         search=search,
     )
-    # the blind agents: their own world model, never a peek after the start (the agent of p = 0)
-    blind = train_blind_agents(list(LRS), seed=seed, env=env, hidden=hidden, search=search)
 
-    def blind_costs(params, episodes):
-        return costs_of_blind_agents(
-            params, hidden=hidden, env=env, start=episodes[0], noise=episodes[1]
-        )
-
-    validation = {"model": agent_costs(agents[:n], PEEK, valid, VALID_PEEKS).mean(1)}
-    rule_validation = rule_costs(rules[: n * len(RULES)], PEEK, valid, VALID_PEEKS).mean(1)
+    costs = {agent_name(p): agent_costs(grids[p], p, valid, VALID_PEEKS) for p in SWEEP}
+    rule_validation = rule_costs(rules[: n * len(RULES)], PEEK, valid, VALID_PEEKS)
     for i, kind in enumerate(RULES):
-        validation[kind] = rule_validation[i * n : (i + 1) * n]
-    validation["blind"] = blind_costs(blind, valid).mean(1)
-    pick = {arm: int(scores.argmin()) for arm, scores in validation.items()}
-    agent = agents[pick["model"]][None]
+        costs[kind] = rule_validation[i * n : (i + 1) * n]
+    pick = {arm: choose(c) for arm, c in costs.items()}
+    chosen_agents = {p: grids[p][pick[agent_name(p)]][None] for p in SWEEP}
+    agent = chosen_agents[PEEK]
     chosen_rules = {kind: rules[i * n + pick[kind]][None] for i, kind in enumerate(RULES)}
     test_costs = {"model": agent_costs(agent, PEEK, test, TEST_PEEKS)[0]}
     for kind in RULES:
         test_costs[kind] = rule_costs(chosen_rules[kind], PEEK, test, TEST_PEEKS)[0]
-    test_costs["blind"] = blind_costs(blind[pick["blind"]][None], test)[0]
+    test_costs["blind"] = agent_costs(chosen_agents[0.0], 0.0, test, TEST_PEEKS)[0]
 
     # the world models and their one-step forecasts under uniform actions
     models = {
@@ -811,15 +834,10 @@ def study(
         "predictor": train_predictor(seed=seed, env=env, hidden=hidden),
         "untrained": model_of(initial_agents(1, hidden, seed), hidden),
     }
-    sweep_models = model_of(agents[n:], hidden)
+    models.update({sweep_name(p): model_of(chosen_agents[p], hidden) for p in others})
     states, actions, next_states = transitions(2048, env, generator(seed, TEST_TRANSITIONS))
     errors = one_step_errors(
-        torch.cat([*models.values(), sweep_models]),
-        hidden,
-        env,
-        states,
-        actions,
-        next_states,
+        torch.cat(list(models.values())), hidden, env, states, actions, next_states
     )
     for i, name in enumerate(models):
         test_costs[f"forecast {name}"] = errors[i]
@@ -830,13 +848,13 @@ def study(
 
     # how each model responds to a change of action, against the pendulum's response
     pairs = action_pairs(2048, env, generator(seed, TEST_RESPONSES))
-    responses = response_errors(torch.cat(list(models.values())), hidden, env, *pairs)
-    for i, name in enumerate(models):
+    three = torch.cat([models[name] for name in MODELS])
+    responses = response_errors(three, hidden, env, *pairs)
+    signs = response_signs(three, hidden, env, *pairs)
+    for i, name in enumerate(MODELS):
         test_costs[f"response {name}"] = responses[i]
-    test_costs["response blind"] = blind_response_errors(env, *pairs)[0]
-    signs = response_signs(torch.cat(list(models.values())), hidden, env, *pairs)
-    for i, name in enumerate(models):
         test_costs[f"sign {name}"] = signs[i]
+    test_costs["response blind"] = blind_response_errors(env, *pairs)[0]
 
     # the emerged model's forecast on the transitions its own agent went through at p = PEEK
     peeks = _rule_peeks(torch.full((1,), PEEK), n_test, env.steps, generator(seed, TEST_PEEKS))
@@ -844,38 +862,29 @@ def study(
     test_costs["own forecast emerged"] = one_step_errors(models["emerged"], hidden, env, *own)[0]
     test_costs["own forecast hold"] = hold_errors(env, own[0], own[2])[0]
 
-    # controllers searched inside each world model, deployed in the real pendulum
-    inside = torch.cat([m.repeat(n, 1) for m in models.values()] + [sweep_models])
-    controllers = train_in_imagination(
-        inside,
-        torch.tensor(list(LRS) * len(models) + [mid] * len(others)),
-        seed=seed,
-        env=env,
-        hidden=hidden,
-        search=search,
-    )
-    integrator = train_in_double_integrator(LRS, seed=seed, env=env, search=search)
-    # each controller is chosen on its imagined cost inside the world it was searched in, on
-    # the validation starts: the real pendulum is never consulted (the paper keeps the dream's
-    # best)
-    searched = n * len(models)
+    # controllers searched inside each world model at every step size, deployed in the real
+    # pendulum; each chosen on its imagined cost inside the world it was searched in, on the
+    # validation starts: the real pendulum is never consulted (the paper keeps the dream's best)
+    inside = torch.cat([m.repeat(n, 1) for m in models.values()])
+    controllers = train_in_imagination(inside, torch.tensor(list(LRS) * len(models)), **options)
 
     def in_models(seen, action):
-        return forward_model(inside[:searched], hidden, seen, action, env.dt)
+        return forward_model(inside, hidden, seen, action, env.dt)
 
-    inside_validation = imagined_costs(controllers[:searched], in_models, env, valid[0])
+    inside_validation = imagined_costs(controllers, in_models, env, valid[0])
     chosen_controllers = {}
     for i, name in enumerate(models):
-        validation[f"inside {name}"] = inside_validation[i * n : (i + 1) * n]
-        pick[f"inside {name}"] = int(validation[f"inside {name}"].argmin())
+        costs[f"inside {name}"] = inside_validation[i * n : (i + 1) * n]
+        pick[f"inside {name}"] = choose(costs[f"inside {name}"])
         chosen_controllers[name] = controllers[i * n + pick[f"inside {name}"]][None]
-    validation["inside integrator"] = imagined_costs(
+    integrator = train_in_double_integrator(LRS, seed=seed, env=env, search=search)
+    costs["inside integrator"] = imagined_costs(
         integrator,
         lambda seen, action: double_integrator(seen, action, env.dt),
         env,
         valid[0],
     )
-    pick["inside integrator"] = int(validation["inside integrator"].argmin())
+    pick["inside integrator"] = choose(costs["inside integrator"])
     chosen_controllers["integrator"] = integrator[pick["inside integrator"]][None]
     chosen_controllers["none"] = torch.zeros(1, 3)
     for name, controller in chosen_controllers.items():
@@ -884,32 +893,17 @@ def study(
     # the sweep over p, each agent on the test episodes at its own p
     sweep = {}
     for p in SWEEP:
-        if p == PEEK:
-            runs = (
-                agent,
-                chosen_rules["hold"],
-                chosen_controllers["emerged"],
-                errors[0],
-            )
-        else:
-            j = others.index(p)
-            runs = (
-                agents[n + j][None],
-                rules[n * len(RULES) + j][None],
-                controllers[n * len(models) + j][None],
-                errors[len(models) + j],
-            )
+        hold = chosen_rules["hold"] if p == PEEK else rules[n * len(RULES) + others.index(p)][None]
         sweep[p] = {
-            "model": agent_costs(runs[0], p, test, TEST_PEEKS)[0],
-            "hold": rule_costs(runs[1], p, test, TEST_PEEKS)[0],
-            "inside": deployed(runs[2], test)[0],
-            "forecast": runs[3],
+            "model": agent_costs(chosen_agents[p], p, test, TEST_PEEKS)[0],
+            "hold": rule_costs(hold, p, test, TEST_PEEKS)[0],
+            "inside": test_costs[f"inside {sweep_name(p)}"],
+            "forecast": test_costs[f"forecast {sweep_name(p)}"],
         }
-    for j, p in enumerate(others):
-        models[f"p = {p:g}"] = sweep_models[j][None]
-        chosen_controllers[f"p = {p:g}"] = controllers[n * len(MODELS) + j][None]
     return Study(
-        validation={arm: dict(zip(LRS, v.tolist(), strict=True)) for arm, v in validation.items()},
+        validation={
+            arm: dict(zip(LRS, c.mean(1).tolist(), strict=True)) for arm, c in costs.items()
+        },
         chosen={arm: LRS[i] for arm, i in pick.items()},
         test=test_costs,
         sweep=sweep,

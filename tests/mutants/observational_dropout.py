@@ -43,24 +43,35 @@ def action_not_fed_to_model():
     m.world_model = world_model
 
 
-def model_output_one_step_late():
-    """When the agent does not peek it is shown the model's output of the step before."""
+def _unroll_showing(shown, score_what_it_sees=False):
+    """The mechanism's roll-out with what the agent is shown next computed by `shown(w, seen,
+    before, after, action, peek, dt, memory) -> (seen, memory)` (before and after: the real
+    state around the step), its cost read off what it sees where `score_what_it_sees`."""
 
     def unroll(params, hidden, env, start, noise, peeks):
         w = m.unpack(params, hidden)
-        state = seen = late = start.expand(params.shape[0], -1, -1)
+        state = seen = memory = start.expand(params.shape[0], -1, -1)
         costs, states, inputs = [], [], []
         for i in range(noise.shape[-2]):
             action = m.controller(w, seen, env.u_max) + noise[..., i, 1]
             inputs.append(seen)
-            state = env.step(state, action, noise[..., i, 0])
-            guess = m.world_model(w, seen, action, env.dt)
-            seen, late = torch.where(peeks[..., i, None], state, late), guess
+            before, state = state, env.step(state, action, noise[..., i, 0])
+            seen, memory = shown(w, seen, before, state, action, peeks[..., i], env.dt, memory)
             states.append(state)
-            costs.append(env.cost(state))
+            costs.append(env.cost(seen if score_what_it_sees else state))
         return torch.stack(costs, -1), torch.stack(states, -2), torch.stack(inputs, -2)
 
-    m.unroll = unroll
+    return unroll
+
+
+def model_output_one_step_late():
+    """When the agent does not peek it is shown the model's output of the step before."""
+
+    def shown(w, seen, before, after, action, peek, dt, late):
+        guess = m.world_model(w, seen, action, dt)
+        return torch.where(peek.unsqueeze(-1), after, late), guess
+
+    m.unroll = _unroll_showing(shown)
 
 
 def prediction_loss_added():
@@ -81,41 +92,19 @@ def prediction_loss_added():
 def model_fed_the_real_state():
     """The model computes its output from the real state even when the agent does not peek."""
 
-    def unroll(params, hidden, env, start, noise, peeks):
-        w = m.unpack(params, hidden)
-        state = seen = start.expand(params.shape[0], -1, -1)
-        costs, states, inputs = [], [], []
-        for i in range(noise.shape[-2]):
-            action = m.controller(w, seen, env.u_max) + noise[..., i, 1]
-            inputs.append(seen)
-            real = state
-            state = env.step(state, action, noise[..., i, 0])
-            guess = m.world_model(w, real, action, env.dt)
-            seen = torch.where(peeks[..., i, None], state, guess)
-            states.append(state)
-            costs.append(env.cost(state))
-        return torch.stack(costs, -1), torch.stack(states, -2), torch.stack(inputs, -2)
+    def shown(w, seen, before, after, action, peek, dt, memory):
+        return torch.where(peek.unsqueeze(-1), after, m.world_model(w, before, action, dt)), memory
 
-    m.unroll = unroll
+    m.unroll = _unroll_showing(shown)
 
 
 def cost_of_what_it_sees():
     """The roll-out scores the angle the agent is shown instead of the real pendulum's."""
 
-    def unroll(params, hidden, env, start, noise, peeks):
-        w = m.unpack(params, hidden)
-        state = seen = start.expand(params.shape[0], -1, -1)
-        costs, states, inputs = [], [], []
-        for i in range(noise.shape[-2]):
-            action = m.controller(w, seen, env.u_max) + noise[..., i, 1]
-            inputs.append(seen)
-            state = env.step(state, action, noise[..., i, 0])
-            seen = m.next_seen(w, seen, action, state, peeks[..., i], env.dt)
-            states.append(state)
-            costs.append(env.cost(seen))
-        return torch.stack(costs, -1), torch.stack(states, -2), torch.stack(inputs, -2)
+    def shown(w, seen, before, after, action, peek, dt, memory):
+        return m.next_seen(w, seen, action, after, peek, dt), memory
 
-    m.unroll = unroll
+    m.unroll = _unroll_showing(shown, score_what_it_sees=True)
 
 
 # Four variants are not listed, because the search copes with them or they make the agent better, so
