@@ -249,32 +249,14 @@ def retrain_decision(
     x: torch.Tensor,
     y: torch.Tensor,
     *,
-    seed: int,
-    run: int,
-    recipe: str = "plain",
     weight: float = 0.0,
-    ignored: torch.Tensor | None = None,
-    codes: torch.Tensor | None = None,
-    steps: int = 400,
-    lr: float = 1e-2,
-    batch_size: int = 64,
+    **options,
 ) -> training.Run:
     """One decision of `retrain_decisions`: a copy of `model` whose g1 is frozen and whose c1
-    is drawn afresh and trained alone, by `recipe` with weight `weight`."""
-    (found,) = retrain_decisions(
-        model,
-        x,
-        y,
-        seed=seed,
-        run=run,
-        recipe=recipe,
-        weights=(weight,),
-        ignored=ignored,
-        codes=codes,
-        steps=steps,
-        lr=lr,
-        batch_size=batch_size,
-    )
+    is drawn afresh and trained alone, by `recipe` with weight `weight`; `options` are
+    `retrain_decisions`'s own keywords (`seed` and `run`, then `recipe`, `ignored`, `codes`,
+    `steps`, `lr`, `batch_size`)."""
+    (found,) = retrain_decisions(model, x, y, weights=(weight,), **options)
     return found
 
 
