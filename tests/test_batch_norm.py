@@ -871,3 +871,188 @@ def test_train_mnist_nets_rejects_bad_kinds_and_settings(digits):
         experiment.train_mnist_nets(
             digits, [experiment.Setting(1.0)], batch_norm=False, seed=0, hidden=0
         )
+
+
+# -- what the mutation survivors changed, pinned (tests/mutation/batch_norm.yml) ------------------
+
+
+def test_the_network_refuses_each_count_below_one_naming_it():
+    for name in ("n_inputs", "hidden", "n_layers", "n_classes"):
+        with pytest.raises(ValueError, match=f"{name} must be an integer"):
+            experiment.MNISTNet(batch_norm=True, **{name: 0})
+
+
+def test_side_by_side_training_refuses_each_count_below_one_naming_it(digits):
+    for name in ("steps", "eval_every", "n_layers", "hidden"):
+        counts = {"steps": 2, "eval_every": 1, name: 0}
+        with pytest.raises(ValueError, match=f"{name} must be an integer"):
+            experiment.train_mnist_nets(
+                digits, [experiment.Setting(1.0)], batch_norm=True, seed=0, **counts
+            )
+
+
+def test_a_member_of_any_shape_is_handed_back_as_the_network_it_is():
+    settings = [experiment.Setting(1.0), experiment.Setting(1.0, init_std=0.5)]
+    x = torch.randn(6, 5, generator=gen(4))
+    shape = {"n_inputs": 5, "n_layers": 2, "hidden": 7}
+    for kind in ("BN", "no BN", "weight norm"):
+        with pn.seeded(3):
+            if kind == "weight norm":
+                nets = experiment.WeightNormNets(settings, **shape)
+                assert len(nets.gains) == 2 and nets.gains[0].shape == (2, 7)
+            else:
+                nets = experiment.MNISTNets(settings, batch_norm=kind == "BN", **shape)
+        assert [w.shape for w in nets.weights] == [(2, 7, 5), (2, 7, 7), (2, 10, 7)]
+        nets.train()
+        nets(torch.randn(9, 5, generator=gen(5)))  # running statistics away from (0, 1)
+        nets.eval()
+        with torch.no_grad():
+            together = nets(x)
+            for k in range(2):
+                member = nets.member(k)
+                assert len(member.linears) == 2 and member.readout.in_features == 7
+                assert torch.allclose(member(x), together[k], atol=1e-6), (kind, k)
+
+
+def small_nets(settings):
+    with pn.seeded(0):
+        return experiment.MNISTNets(settings, batch_norm=False, n_inputs=3, n_layers=1, hidden=2)
+
+
+def step_with_gradient(nets, gradient_of):
+    """One MemberSGD step of every member alive from parameters at zero (so that a move is
+    exact in float32), each parameter's gradient `gradient_of(p)`; returns each one's move."""
+    with torch.no_grad():
+        for p in nets.parameters():
+            p.zero_()
+            p.grad = gradient_of(p)
+    experiment.MemberSGD(nets, torch.ones(len(nets.settings), dtype=torch.bool)).step()
+    return [p.detach() for p in nets.parameters()]
+
+
+def test_member_sgd_steps_minus_rate_times_gradient_clipped_to_each_members_clip():
+    # Plain SGD: -lr * g, whatever the size of g (here its square overflows float32) ...
+    nets = small_nets([experiment.Setting(0.5), experiment.Setting(0.25)])
+    moves = step_with_gradient(nets, lambda p: torch.full_like(p, 1e20))
+    for move in moves:
+        assert torch.equal(move[0], torch.full_like(move[0], -0.5e20))
+        assert torch.equal(move[1], torch.full_like(move[1], -0.25e20))
+    # ... a gradient below the clip is left as it is, however small ...
+    nets = small_nets([experiment.Setting(0.5, clip=1.0)])
+    entries = sum(p.numel() for p in nets.parameters())
+    tiny = 5e-7 / entries**0.5  # ||g|| = 5e-7, below the 1e-6 guarding the division
+    moves = step_with_gradient(nets, lambda p: torch.full_like(p, tiny))
+    for move in moves:
+        assert torch.allclose(move, torch.full_like(move, -0.5 * tiny), rtol=1e-5, atol=0)
+    # ... and one above it is scaled to norm clip, when every member is clipped
+    nets = small_nets([experiment.Setting(0.5, clip=2.0), experiment.Setting(0.5, clip=4.0)])
+    moves = step_with_gradient(nets, lambda p: torch.ones_like(p))
+    for k, clip in enumerate((2.0, 4.0)):
+        norm = sum(move[k].square().sum() for move in moves).sqrt().item()
+        assert norm == pytest.approx(0.5 * clip, rel=1e-5)
+
+
+def test_a_run_whose_every_network_has_diverged_stops(digits):
+    # The read-out's rate is absurd: the second update's logits overflow and the network dies.
+    # From then on nothing moves, not even BN's running statistics: 3 or 6 updates, one net.
+    def run(steps):
+        (r,) = experiment.train_mnist_nets(
+            digits,
+            [experiment.Setting(1.0, readout_lr=1e37)],
+            batch_norm=True,
+            seed=0,
+            steps=steps,
+            eval_every=1,
+        )
+        return r
+
+    short, longer = run(3), run(6)
+    assert short.history.diverged and longer.history.diverged
+    for a, b in zip(short.model.norms, longer.model.norms, strict=True):
+        assert torch.isfinite(a.running_mean).all()
+        assert torch.equal(a.running_mean, b.running_mean)
+        assert torch.equal(a.running_var, b.running_var)
+
+
+def test_normalisation_error_adds_eps_to_both_variances():
+    # sigma = sqrt(Var + eps): with eps = 1, sigma_e = sqrt(3 + 1) = 2 and sigma_p = sqrt(0 + 1)
+    # = 1, so shift = (0 - 1) / 2 and stretch = 1 / 2 - 1: sqrt(0.25 + 0.25).
+    estimate = Statistics(torch.tensor([1.0]), torch.tensor([3.0]))
+    population = Statistics(torch.tensor([0.0]), torch.tensor([0.0]))
+    assert experiment.normalisation_error(estimate, population, 1.0) == pytest.approx(0.5**0.5)
+
+
+def test_percentile_band_keeps_the_inputs_precision():
+    inputs = torch.arange(101, dtype=torch.float64).unsqueeze(1) / 3
+    band = experiment.percentile_band(inputs)
+    assert band.dtype == torch.float64
+    assert torch.allclose(band[:, 0], torch.tensor([15.0, 50.0, 85.0], dtype=torch.float64) / 3)
+
+
+def test_predictions_of_side_by_side_networks_are_each_members_classes():
+    nets = small_nets([experiment.Setting(1.0), experiment.Setting(1.0, init_std=2.0)])
+    x = torch.randn(5, 3, generator=gen(6))
+    predicted = experiment.predictions(nets, x)
+    assert predicted.shape == (2, 5)
+    with torch.no_grad():
+        assert torch.equal(predicted, nets(x).argmax(2))
+
+
+def test_running_statistics_are_copies_of_each_layers_buffers():
+    with pn.seeded(0):
+        net = experiment.MNISTNet(batch_norm=True, n_inputs=4, hidden=3, n_layers=2)
+    net(torch.randn(8, 4, generator=gen(7)))  # train mode: the buffers move
+    running = experiment.running_statistics(net)
+    assert len(running) == 2
+    for stats, bn in zip(running, net.norms, strict=True):
+        assert torch.equal(stats.mean, bn.running_mean) and stats.mean is not bn.running_mean
+        assert torch.equal(stats.variance, bn.running_var)
+        assert not torch.equal(stats.mean, torch.zeros(3))
+
+
+def test_with_statistics_refuses_a_list_of_another_length():
+    with pn.seeded(0):
+        net = experiment.MNISTNet(batch_norm=True, n_inputs=4, hidden=3, n_layers=2)
+    one = Statistics(torch.zeros(3), torch.ones(3))
+    with pytest.raises(ValueError, match="zip"):
+        experiment.with_statistics(net, [one])
+    with pytest.raises(ValueError, match="zip"):
+        experiment.with_statistics(net, [one] * 3)
+
+
+def test_member_sgd_steps_each_parameter_at_its_members_own_rate():
+    # A gradient of ones moves each entry by -its rate: hidden weights at lr; gamma and beta
+    # (weight norm's g and hidden biases) at affine_lr, a plain network's hidden biases at lr;
+    # the read-out at readout_lr. Two members, every size different so that no owner broadcasts
+    # by accident.
+    settings = [
+        experiment.Setting(0.5, affine_lr=0.25, readout_lr=0.125),
+        experiment.Setting(2.0, affine_lr=4.0, readout_lr=8.0),
+    ]
+    shape = {"n_inputs": 4, "n_layers": 2, "hidden": 3}
+    for kind in ("BN", "no BN", "weight norm"):
+        with pn.seeded(0):
+            if kind == "weight norm":
+                nets = experiment.WeightNormNets(settings, **shape)
+            else:
+                nets = experiment.MNISTNets(settings, batch_norm=kind == "BN", **shape)
+        moves = step_with_gradient(nets, torch.ones_like)
+        moved = dict(zip((name for name, _ in nets.named_parameters()), moves, strict=True))
+        hidden_bias = "lr" if kind == "no BN" else "affine_lr"
+        for k, s in enumerate(settings):
+            rate = {"lr": s.lr, "affine_lr": s.affine_lr, "readout_lr": s.readout_lr}
+            expected = {"weights.0": "lr", "weights.1": "lr", "weights.2": "readout_lr"}
+            if kind == "BN":
+                expected["biases.0"] = "readout_lr"
+                for i in range(2):
+                    expected |= {f"norms.{i}.gamma": "affine_lr", f"norms.{i}.beta": "affine_lr"}
+            else:
+                expected |= {"biases.0": hidden_bias, "biases.1": hidden_bias}
+                expected["biases.2"] = "readout_lr"
+            if kind == "weight norm":
+                expected |= {"gains.0": "affine_lr", "gains.1": "affine_lr"}
+            assert set(moved) == set(expected), kind
+            for name, which in expected.items():
+                ours = moved[name]
+                ours = ours[k * 3 : (k + 1) * 3] if name.startswith("norms") else ours[k]
+                assert torch.equal(ours, torch.full_like(ours, -rate[which])), (kind, name, k)
