@@ -226,16 +226,24 @@ class MNISTNets(nn.Module):
         which of the member's rates it steps at: `lr` (every hidden layer's weights, and a
         network without BN's hidden biases), `affine_lr` (every gamma and beta) or `readout_lr`
         (the read-out): see `Setting`."""
+        found = self._weight_and_bias_owners(hidden_biases=LR)
+        every_unit = torch.arange(len(self.settings)).repeat_interleave(self.hidden)
+        for bn in self.norms:
+            found += [(p, every_unit, AFFINE) for p in (bn.gamma, bn.beta)]
+        return found
+
+    def _weight_and_bias_owners(self, *, hidden_biases: str) -> list:
+        """`owners` of the weights (hidden at `lr`, read-out at `readout_lr`) and of the biases
+        (hidden at the rate `hidden_biases`, read-out at `readout_lr`), in that order."""
         k = torch.arange(len(self.settings))
         hidden, last = self.n_layers, len(self.biases) - 1
         found = [
             (w, k.view(-1, 1, 1), LR if i < hidden else READOUT) for i, w in enumerate(self.weights)
         ]
         found += [
-            (b, k.view(-1, 1), LR if i < last else READOUT) for i, b in enumerate(self.biases)
+            (b, k.view(-1, 1), hidden_biases if i < last else READOUT)
+            for i, b in enumerate(self.biases)
         ]
-        for bn in self.norms:
-            found += [(p, k.repeat_interleave(self.hidden), AFFINE) for p in (bn.gamma, bn.beta)]
         return found
 
     def member(self, k: int) -> MNISTNet:
@@ -302,16 +310,10 @@ class WeightNormNets(MNISTNets):
         self.biases[i].sub_(mu).div_(sigma)
 
     def owners(self) -> list[tuple[nn.Parameter, torch.Tensor, str]]:
+        # g and the hidden biases are the layer's affine part, as gamma and beta are BN's
+        found = self._weight_and_bias_owners(hidden_biases=AFFINE)
         k = torch.arange(len(self.settings))
-        hidden, last = self.n_layers, len(self.biases) - 1
-        found = [
-            (w, k.view(-1, 1, 1), LR if i < hidden else READOUT) for i, w in enumerate(self.weights)
-        ]
-        found += [
-            (b, k.view(-1, 1), AFFINE if i < last else READOUT) for i, b in enumerate(self.biases)
-        ]
-        found += [(g, k.view(-1, 1), AFFINE) for g in self.gains]
-        return found
+        return found + [(g, k.view(-1, 1), AFFINE) for g in self.gains]
 
 
 @torch.no_grad()
@@ -516,30 +518,16 @@ def train_mnist_net(
     digits: Digits,
     lr: float,
     *,
-    batch_norm: bool,
-    seed: int,
-    steps: int = 800,
-    batch_size: int = 60,
-    eval_every: int = 50,
-    band_every: int | None = None,
     affine_lr: float | None = None,
     readout_lr: float | None = None,
     init_std: float = 0.1,
-    n_layers: int = 3,
+    **options,
 ) -> Run:
-    """One network of `train_mnist_nets`: plain SGD at `lr` (`affine_lr`, `readout_lr`: see
-    `Setting`)."""
-    (run,) = train_mnist_nets(
-        digits,
-        [Setting(lr, affine_lr, init_std, readout_lr=readout_lr)],
-        batch_norm=batch_norm,
-        seed=seed,
-        steps=steps,
-        batch_size=batch_size,
-        eval_every=eval_every,
-        band_every=band_every,
-        n_layers=n_layers,
-    )
+    """One network of `train_mnist_nets`: plain SGD at `lr` (`affine_lr`, `readout_lr`,
+    `init_std`: see `Setting`), with `train_mnist_nets`'s own keywords in `options`
+    (`batch_norm` and `seed`, then `steps`, `batch_size`, `eval_every`, `band_every`, ...)."""
+    setting = Setting(lr, affine_lr, init_std, readout_lr=readout_lr)
+    (run,) = train_mnist_nets(digits, [setting], **options)
     return run
 
 
