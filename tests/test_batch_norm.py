@@ -1056,3 +1056,22 @@ def test_member_sgd_steps_each_parameter_at_its_members_own_rate():
                 ours = moved[name]
                 ours = ours[k * 3 : (k + 1) * 3] if name.startswith("norms") else ours[k]
                 assert torch.equal(ours, torch.full_like(ours, -rate[which])), (kind, name, k)
+
+
+def test_train_mnist_net_is_one_network_of_train_mnist_nets(digits):
+    def same(a, b):
+        ours, theirs = a.model.state_dict(), b.model.state_dict()
+        return ours.keys() == theirs.keys() and all(torch.equal(ours[n], theirs[n]) for n in ours)
+
+    options = {"batch_norm": True, "seed": 1, "steps": 3, "eval_every": 3}
+    one = experiment.train_mnist_net(
+        digits, 2.0, affine_lr=0.5, readout_lr=0.25, init_std=0.3, **options
+    )
+    setting = experiment.Setting(2.0, affine_lr=0.5, init_std=0.3, readout_lr=0.25)
+    assert same(one, experiment.train_mnist_nets(digits, [setting], **options)[0])
+    # by default, the default Setting of its rate
+    default = experiment.train_mnist_net(digits, 2.0, **options)
+    assert same(
+        default, experiment.train_mnist_nets(digits, [experiment.Setting(2.0)], **options)[0]
+    )
+    assert not same(one, default)
