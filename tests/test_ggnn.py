@@ -768,3 +768,217 @@ def test_ablation_without_every_round_takes_its_gradient_through_the_last_round_
     assert torch.allclose(gradient(truncated), expected, atol=1e-6)
     assert expected.abs().sum() > 0
     assert not torch.allclose(gradient(full), expected, atol=1e-4)
+
+
+# -- what the mutation survivors changed, pinned (tests/mutation/ggnn.yml) ------------------------
+
+
+def test_check_graph_counts_nodes_and_edges_and_takes_any_annotation_width_unless_told():
+    annotation = randn(4, 3, seed=40)
+    edge_index, edge_type = torch.tensor([[0, 2], [1, 3]]), torch.tensor([0, 1])
+    assert ggnn.check_graph(annotation, edge_index, edge_type) == (4, 2)
+    assert ggnn.check_graph(annotation[:, :1], edge_index, edge_type) == (4, 2)
+    assert ggnn.check_graph(annotation, edge_index, edge_type, annotation_size=3) == (4, 2)
+    with pytest.raises(ValueError, match="annotation"):
+        ggnn.check_graph(annotation, edge_index, edge_type, annotation_size=2)
+
+
+def test_per_graph_log_softmax_stays_finite_for_scores_far_beyond_exps_range():
+    # exp(800) overflows float64: only the shift by each graph's largest score keeps it finite,
+    # and the shift does not change a softmax.
+    scores = torch.tensor([800.0, 799.0, 797.0, -800.0, -801.0], dtype=torch.float64)
+    batch = torch.tensor([0, 0, 0, 1, 1])
+    out = ggnn.per_graph_log_softmax(scores, batch, 2)
+    assert torch.isfinite(out).all()
+    assert torch.allclose(out[:3], torch.log_softmax(scores[:3] - 800, 0), atol=1e-12)
+    assert torch.allclose(out[3:], torch.log_softmax(scores[3:] + 800, 0), atol=1e-12)
+
+
+def offsets_around_the_circle(task, edge_type):
+    """Per story and species, (n, 4): how far around the circle of four species the species'
+    edge of `edge_type` points (1, 2 or 3)."""
+    rows = task.edge_type == edge_type
+    edges = task.edges[rows].view(len(task), experiment.N_SPECIES, 2) - experiment.N_ENTITIES
+    return (edges[..., 1] - edges[..., 0]) % experiment.N_SPECIES
+
+
+def test_every_fear_and_every_other_like_is_drawn_for_a_species():
+    # Each species fears one of the other three and likes one of the remaining two, each drawn
+    # at random: over many stories all six (fear, like) offsets around the circle occur.
+    task = experiment.deduction_task(300, seed=0, stream=1)
+    fear = offsets_around_the_circle(task, experiment.HAS_FEAR)
+    like = offsets_around_the_circle(task, experiment.LIKES)
+    pairs = set(zip(fear.flatten().tolist(), like.flatten().tolist(), strict=True))
+    assert pairs == {(f, k) for f in (1, 2, 3) for k in (1, 2, 3) if f != k}
+
+
+def test_each_storys_facts_come_in_an_order_of_their_own():
+    # The twelve facts are shuffled story by story (the question stays last): the LSTM cannot
+    # read the answer off a fixed position.
+    task = experiment.deduction_task(20, seed=0, stream=1)
+    relations = {tuple(task.tokens[i, 1:-2:3].tolist()) for i in range(len(task))}
+    assert len(relations) > 10
+    for i in range(len(task)):
+        assert sorted(task.tokens[i, 1:-2:3].tolist()) == sorted(
+            [experiment.IS_TOKEN] * 4 + [experiment.FEAR_TOKEN] * 4 + [experiment.LIKE_TOKEN] * 4
+        )
+
+
+def test_the_chapters_example_story_is_the_one_its_seed_draws():
+    # The story the chapter prints (chapter seed 0, the first test story): the task follows its
+    # seed draw for draw (symbols, species, fears, likes, the question, the facts' order).
+    test_set = experiment.deduction_task(1000, 0, experiment.TEST)
+    assert experiment.story_text(test_set, 0) == (
+        "M fears K, N fears O, G is M, N likes M, A is K, K likes M, O fears K, O likes M, "
+        "P is K, K fears O, M likes N, C is N. What is P afraid of? O"
+    )
+
+
+class SpySelector(torch.nn.Module):
+    """A node-selecting model that scores a node by its annotation and records the edges of the
+    graphs it is trained on (in train mode)."""
+
+    def __init__(self):
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.zeros(1))
+        self.trained_on = []
+
+    def forward(self, annotation, edge_index, edge_type):
+        if self.training:
+            self.trained_on.append(edge_index.clone())
+        return annotation[:, 0] * self.weight
+
+
+def test_node_selection_trains_on_the_runs_batches_and_evaluates_every_eval_every_updates():
+    train_set, val_set = experiment.deduction_task(12, 0, 1), experiment.deduction_task(4, 0, 2)
+    model = SpySelector()
+    run = experiment.train_node_selector(
+        model,
+        train_set,
+        val_set,
+        ggnn.per_graph_log_softmax,
+        seed=3,
+        updates=6,
+        lr=0.1,
+        batch_size=5,
+        eval_every=2,
+        desc="spy",
+    )
+    assert run.history.steps == [2, 4, 6]
+    # the batches of generator(seed, BATCHES): the seed's own stream, shared by every model of a
+    # run (the GG-NN, its ablations) trained on that seed
+    expected = experiment.minibatches(12, 5, training.generator(3, experiment.BATCHES))
+    assert len(model.trained_on) == 6
+    for seen in model.trained_on:
+        assert torch.equal(seen, train_set.graphs(next(expected))[1])
+
+
+def test_the_runs_default_to_the_settings_the_chapter_states(monkeypatch):
+    # The chapter's prose: the GG-NN has D = 16, 100 Adam updates on minibatches of up to 50
+    # stories; the LSTM has size 32 (hidden state and embeddings), minibatches of 50, and its
+    # validation logged every 50 updates. Its runs rely on these defaults.
+    calls = {}
+
+    def node_selector_spy(model, train_set, val_set, log_softmax, **settings):
+        calls["node"] = (model, settings)
+        return training.Run(model, training.History())
+
+    monkeypatch.setattr(experiment, "train_node_selector", node_selector_spy)
+    task = experiment.deduction_task(60, 0, 1)
+    experiment.train_ggnn(task, task)
+    model, settings = calls["node"]
+    assert isinstance(model, ggnn.NodeSelector) and model.ggnn.hidden_size == 16
+    assert (settings["updates"], settings["batch_size"], settings["eval_every"]) == (100, 50, 50)
+    experiment.train_ggnn(task, task, eval_every=7)
+    assert calls["node"][1]["eval_every"] == 7
+    # the ablation gets what it removes and trains as the GG-NN does (the chapter: 50 stories,
+    # 100 updates, the same batches, at 1e-2)
+    experiment.train_ablation(task, task, typed=False, every_round=False, eval_every=9)
+    model, settings = calls["node"]
+    assert isinstance(model, experiment.AblatedGGNN) and model.incoming.shape[0] == 1
+    assert (model.typed, model.gated, model.every_round) == (False, True, False)
+    assert model.hidden_size == 16 and settings["eval_every"] == 9
+    assert (settings["updates"], settings["batch_size"], settings["lr"]) == (100, 50, 1e-2)
+    experiment.train_ablation(task, task, gated=False)
+    assert (calls["node"][0].typed, calls["node"][0].every_round) == (True, True)
+
+    def classifier_spy(model, train_y, optimizer, steps, *, batches, evaluate, eval_every, **_):
+        calls["lstm"] = (model, optimizer, eval_every, [next(batches) for _ in range(3)])
+        evaluate()  # the run restores its best weights: give it some
+        return training.History()
+
+    monkeypatch.setattr(training, "train_classifier", classifier_spy)
+    experiment.train_lstm(task, task, seed=2, lr=0.03)
+    model, optimizer, eval_every, batches = calls["lstm"]
+    assert model.lstm.hidden_size == 32 and model.embedding.embedding_dim == 32
+    assert eval_every == 50 and optimizer.param_groups[0]["lr"] == 0.03
+    # the batches of generator(seed, BATCHES), 50 stories each
+    expected = experiment.minibatches(60, 50, training.generator(2, experiment.BATCHES))
+    for seen in batches:
+        assert torch.equal(seen, next(expected))
+
+
+def test_the_ablations_adjacency_counts_parallel_edges():
+    # Entry [g, k, v, u] counts the edges u -k-> v: an edge listed twice is two messages, as in
+    # the mechanism's sum over the edge list.
+    with seeded(0):
+        ablated = experiment.AblatedGGNN(4, steps=1).double()
+    edge_index = torch.tensor([[4, 4, 5], [0, 0, 1]])
+    edge_type = torch.tensor([0, 0, 2])
+    A = ablated.adjacency(8, edge_index, edge_type)
+    assert A[0, 0, 0, 4] == 2 and A[0, 2, 1, 5] == 1 and A.sum() == 3
+    selector = selector_with_a_bias(hidden_size=4, steps=2)
+    twin = ablation_with_the_mechanisms_weights(selector)
+    annotation = torch.zeros(8, 1, dtype=torch.float64)
+    annotation[4] = 1.0
+    with torch.no_grad():
+        assert torch.allclose(
+            twin(annotation, edge_index, edge_type),
+            selector(annotation, edge_index, edge_type),
+            atol=1e-12,
+        )
+
+
+class ReadsTheTokens(torch.nn.Module):
+    """A sequence model that answers each story with the symbol at one position of its tokens."""
+
+    def __init__(self, position):
+        super().__init__()
+        self.position = position
+
+    def forward(self, tokens):
+        return torch.nn.functional.one_hot(tokens[:, self.position], experiment.N_SYMBOLS).float()
+
+
+def test_names_a_species_judges_the_models_answer_to_each_storys_own_tokens():
+    task = experiment.deduction_task(10, 0, 1)
+    # every fact's object is a species ("e is s", "s fears s'", "s likes s'"); the question
+    # names an entity
+    assert experiment.names_a_species(ReadsTheTokens(2), task) == 1.0
+    assert experiment.names_a_species(ReadsTheTokens(-1), task) == 0.0
+
+
+def test_multiply_adds_are_a_whole_number_counted_silently(capsys):
+    layer = torch.nn.Linear(4, 3, bias=False)
+    x = torch.randn(5, 4, generator=gen(1))
+    count = experiment.multiply_adds(lambda: layer(x).sum())
+    assert type(count) is int and count == 2 * 5 * 3 * 4  # the chapter prints it with commas
+    assert capsys.readouterr().out == ""
+
+
+def test_an_update_is_counted_on_its_batch_only():
+    task = experiment.deduction_task(6, 0, 1)
+    with seeded(0):
+        model = ggnn.NodeSelector(1, 8, len(experiment.EDGE_TYPES), 2)
+    three = experiment.update_multiply_adds(model, task, 3, ggnn.per_graph_log_softmax)
+    assert three == experiment.update_multiply_adds(
+        model, task.first(3), 3, ggnn.per_graph_log_softmax
+    )
+    assert three < experiment.update_multiply_adds(model, task, 6, ggnn.per_graph_log_softmax)
+
+
+def test_ring_graphs_join_each_node_to_its_neighbours_around_its_ring():
+    edge_index, _, _ = experiment.ring_graphs(2, 4)
+    ring = {(0, 1), (1, 2), (2, 3), (3, 0), (4, 5), (5, 6), (6, 7), (7, 4)}
+    both_ways = ring | {(v, u) for u, v in ring}
+    assert sorted(map(tuple, edge_index.T.tolist())) == sorted(both_ways)
