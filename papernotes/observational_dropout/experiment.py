@@ -685,7 +685,7 @@ def _runs(ps, lrs) -> tuple[torch.Tensor, torch.Tensor]:
 
 LRS = (0.003, 0.01, 0.03, 0.1, 0.3)  # the ES step sizes every searched arm is tuned over
 PEEK = 0.05  # the headline's peek probability (the paper's cart-pole video)
-SWEEP = (0.0, 0.05, 0.2, 0.5, 1.0)  # the peek probabilities of the sweep, each tuned on LRS
+SWEEP = (0.0, 0.05, 0.5, 1.0)  # the peek probabilities of the sweep, each tuned on LRS
 VALID, TEST, VALID_PEEKS, TEST_PEEKS, TEST_TRANSITIONS, TEST_RESPONSES = 10, 11, 12, 13, 14, 15
 MODELS = ("emerged", "predictor", "untrained")  # the world models controllers are searched in
 
