@@ -13,6 +13,7 @@ import papernotes as pn
 from conftest import gen, randn
 from papernotes import randomout as ro
 from papernotes.randomout import experiment
+from papernotes.together import minibatches
 
 
 def conv_with_gradient(out=4, inp=3, seed=0):
@@ -332,7 +333,7 @@ def test_lottery_rejects_mismatched_members():
 def small_run(seeds, rules, **kwargs):
     d = pn.load_digits_split()
     return experiment.train_lottery(
-        d.train_x, d.train_y, d.val_x, d.val_y, seeds=seeds, rules=rules, epochs=1, **kwargs
+        d.train_x, d.train_y, d.val_x, d.val_y, seeds=seeds, rules=rules, **{"epochs": 1} | kwargs
     )
 
 
@@ -708,3 +709,291 @@ def test_an_arms_logits_alone_are_its_rows_of_the_whole_lotterys():
             assert torch.allclose(alone, whole[arm::2], atol=1e-6)
         run = experiment.LotteryRun(lottery, pn.History(), None, (0, 1, 2), None, 1, [])
         assert torch.equal(run.accuracy(x, y), experiment.member_accuracy(lottery, x, y)[1::2])
+
+
+# -- the mutation survivors (tests/mutation/randomout.yml) ----------------------------------------
+
+
+def test_the_hook_clears_the_momentum_of_the_filters_it_resets():
+    # The hook hands its optimizer to randomout_: a reset filter starts its new ticket without
+    # the momentum that killed the old one (buffer 0.9 * old + new gradient 0 = 0, not 0.9 old).
+    conv = nn.Conv2d(1, 3, kernel_size=3)
+    optimizer = torch.optim.SGD(conv.parameters(), lr=0.1, momentum=0.9)
+    conv.weight.grad, conv.bias.grad = torch.ones_like(conv.weight), torch.ones_like(conv.bias)
+    optimizer.step()  # momentum buffers of ones
+    log = ro.RandomOut(conv, 1e-8, generator=gen())
+    log.attach(optimizer)
+    conv.weight.grad[1], conv.bias.grad[1] = 0.0, 0.0  # filter 1's CGN is 0
+    optimizer.step()
+    assert log.resets == [(0, 1)]
+    for p in (conv.weight, conv.bias):
+        buffer = optimizer.state[p]["momentum_buffer"]
+        assert (buffer[1] == 0).all()
+        assert torch.allclose(buffer[[0, 2]], torch.full_like(buffer[[0, 2]], 1.9))
+
+
+def test_a_reset_filter_of_a_float64_layer_draws_float64_weights_from_its_block():
+    # The weights of filter 3 are the first float64 draw of block 1's generator (float32 draws
+    # would be other numbers, and could not be written into the float64 weight).
+    conv = nn.Conv2d(1, 4, kernel_size=3).double()
+    grad = torch.ones_like(conv.weight)
+    grad[3] = 0.0
+    with_gradient(conv, grad)
+    ro.randomout_(conv, 1e-8, generator=[gen(7), gen(8)])
+    expected = torch.empty(1, 3, 3, dtype=torch.float64).uniform_(-1 / 3, 1 / 3, generator=gen(8))
+    assert torch.equal(conv.weight[3].detach(), expected)
+
+
+def test_reinitialising_no_filter_changes_nothing():
+    for conv in (nn.Conv2d(1, 4, kernel_size=3), nn.Conv2d(1, 4, kernel_size=3).double()):
+        before = conv.weight.detach().clone()
+        empty = torch.empty(0, dtype=torch.long)
+        ro.reinitialise_filters_(conv, empty, [gen(1), gen(2)])
+        ro.reinitialise_filters_(conv, empty, gen(1))
+        assert torch.equal(conv.weight, before)
+
+
+def test_a_layer_of_one_filter_is_reset_within_its_bound():
+    # bound 1/sqrt(in x 3 x 3) of the layer's only filter
+    conv = nn.Conv2d(2, 1, kernel_size=3)
+    with_gradient(conv, torch.zeros_like(conv.weight))
+    assert ro.randomout_(conv, 1e-8, generator=gen(3)).tolist() == [0]
+    expected = torch.empty(1, 2, 3, 3).uniform_(
+        -1 / math.sqrt(18), 1 / math.sqrt(18), generator=gen(3)
+    )
+    assert torch.equal(conv.weight.detach(), expected)
+
+
+def test_a_shift_of_zero_zeroes_the_biases_and_leaves_the_seeds_other_weights_as_pytorchs():
+    # FilterNet's weights are PyTorch's defaults under the seed: biases at 0 (bias_shift = 0) are
+    # set, not drawn, so the classifier's weights are those the seed gives without the shift.
+    with pn.seeded(4):
+        zero = experiment.FilterNet(2, bias_shift=0.0)
+    with pn.seeded(4):
+        default = experiment.FilterNet(2, bias_shift=None)
+    assert (zero.conv.bias == 0).all()
+    assert torch.equal(zero.conv.weight, default.conv.weight)
+    assert torch.equal(zero.head.weight, default.head.weight)
+
+
+def test_a_member_is_its_network_whatever_its_classes():
+    nets = []
+    for seed in range(2):
+        with pn.seeded(seed):
+            nets.append(experiment.FilterNet(1, bias_shift=0.5, n_classes=3))
+    member = experiment.Lottery(nets, arms=2).member(2)  # network 1, arm 0
+    x = torch.rand(5, 64, generator=gen())
+    assert member.head.out_features == 3
+    assert torch.equal(member(x), nets[1](x))
+
+
+def fake_run(resets, seeds=(0, 1, 2), n_filters=2):
+    lottery = experiment.Lottery(members(n=len(seeds), n_filters=n_filters))
+    log = experiment.GradientLog(lottery.conv_of(0))
+    log.resets = resets
+    return experiment.LotteryRun(lottery, pn.History(), log, seeds, experiment.NoResets(), 0, [])
+
+
+def test_resets_per_member_counts_each_networks_resets():
+    # rows 0-1 are network 0's filters, 2-3 network 1's, 4-5 network 2's
+    run = fake_run([(0, 0), (0, 1), (3, 1), (5, 5)])
+    assert run.resets_per_member() == [3, 0, 1]
+    assert fake_run([]).resets_per_member() == [0, 0, 0]
+
+
+def test_a_random_reset_before_the_first_step_needs_no_momentum_yet():
+    conv = nn.Conv2d(1, 4, kernel_size=3)
+    optimizer = torch.optim.SGD(conv.parameters(), lr=0.1, momentum=0.9)  # no state yet
+    conv.weight.grad = torch.ones_like(conv.weight)
+    resets = experiment.RandomResets(
+        conv, 2, 1.0, choosers=[gen(1), gen(2)], fresh=[gen(3), gen(4)]
+    )
+    resets._before_step(optimizer)
+    assert [u for u, _ in resets.resets] == [0, 0]
+
+
+def test_early_random_resets_number_the_updates_from_zero_and_stop_at_until():
+    conv = nn.Conv2d(1, 2, kernel_size=3)
+    optimizer = torch.optim.SGD(conv.parameters(), lr=0.1)
+    conv.weight.grad = torch.ones_like(conv.weight)
+    resets = experiment.RandomResets(conv, 2, 1.0, choosers=[gen(1)], fresh=[gen(3)], until=2)
+    for _ in range(4):
+        resets._before_step(optimizer)
+    assert [u for u, _ in resets.resets] == [0, 1]  # rate 1: updates 0 and 1, then none
+    assert resets.cgn.shape == (4, 2)
+
+
+def test_each_arms_history_holds_the_lotterys_training_loss_and_its_accuracy_per_epoch():
+    # the loss logged is the lottery's (the members' mean losses summed), the same in every
+    # arm's History, once an epoch beside the arm's accuracy
+    runs = small_run([2], {"a": experiment.NoResets(), "b": experiment.AtRandom(0.0)}, epochs=2)
+    loss = runs["a"].history["loss"]
+    assert len(loss) == len(runs["a"].history["accuracy"]) == 2
+    assert loss == runs["b"].history["loss"]
+    assert all(0 < value < 2 * 1.1 * math.log(10) for value in loss)  # two members near chance
+
+
+def test_each_rule_draws_from_its_seeds_own_streams():
+    # The hooks' random streams are stream FRESH_FILTERS (RandomOut), RANDOM_CHOICE and
+    # NULL_FILTERS (random resets) of each network's own seed.
+    def same(generators, stream, seeds):
+        states = [g.get_state() for g in generators]
+        return all(
+            torch.equal(s, pn.generator(seed, stream).get_state())
+            for s, seed in zip(states, seeds, strict=True)
+        )
+
+    conv = nn.Conv2d(2, 4, kernel_size=3, groups=2)
+    seeds = (3, 5)
+    randomout = experiment._rule_log(experiment.ByCGN(1e-8), conv, seeds, 2)
+    assert same(randomout.generator, experiment.FRESH_FILTERS, seeds)
+    random = experiment._rule_log(experiment.AtRandom(0.1), conv, seeds, 2)
+    assert same(random.choosers, experiment.RANDOM_CHOICE, seeds)
+    assert same(random.fresh, experiment.NULL_FILTERS, seeds)
+
+
+def subset_of_classes(n_classes=4):
+    d = pn.load_digits_split()
+    keep = d.train_y < n_classes
+    return d.train_x[keep], d.train_y[keep], d.val_x, d.val_y
+
+
+def test_a_lottery_of_one_network_trains_as_the_books_plain_loop_trains_it_alone(monkeypatch):
+    # One network of one filter, no bias, on 4 classes: train_lottery must build the network
+    # its seed gives, draw the seed's minibatches (stream BATCHES) and take SGD steps of the given
+    # lr and momentum, evaluated at the end of every epoch.
+    x, y, vx, vy = subset_of_classes()
+    setting = dict(n_filters=1, bias_shift=None, conv_bias=False, batch_size=100, lr=0.3)
+    run = experiment.train_lottery(
+        x,
+        y,
+        vx,
+        vy,
+        seeds=[7],
+        rules={"none": experiment.NoResets()},
+        epochs=2,
+        momentum=0.5,
+        **setting,
+    )["none"]
+    with pn.seeded(7):
+        net = experiment.FilterNet(1, bias_shift=None, conv_bias=False, n_classes=4)
+    optimizer = torch.optim.SGD(net.parameters(), lr=0.3, momentum=0.5)
+    batches = minibatches(len(x), 100, [pn.generator(7, experiment.BATCHES)])
+    for _ in range(2 * (len(x) // 100)):
+        index = next(batches)[0]
+        optimizer.zero_grad()
+        F.cross_entropy(net(x[index]), y[index]).backward()
+        optimizer.step()
+    member = run.model.member(0)
+    assert member.head.out_features == 4 and member.conv.bias is None
+    assert torch.allclose(member.conv.weight, net.conv.weight, atol=1e-5)
+    assert torch.allclose(member.head.weight, net.head.weight, atol=1e-5)
+    assert len(run.history["accuracy"]) == 2  # one evaluation an epoch
+
+
+def test_a_runs_draws_before_training_follow_the_seeds_redraw_stream(monkeypatch):
+    # BeforeTraining redraws each network's filters from stream REDRAW of its own seed and
+    # returns the draws each filter took; the other rules draw nothing (zeros).
+    seen = []
+
+    def spy(conv, n_filters, x, min_fraction, generators, **kwargs):
+        seen.append([g.get_state() for g in generators])
+        return redraw(conv, n_filters, x, min_fraction, generators, **kwargs)
+
+    redraw = experiment.redraw_before_training_
+    monkeypatch.setattr(experiment, "redraw_before_training_", spy)
+    rules = {"none": experiment.NoResets(), "before": experiment.BeforeTraining(0.9)}
+    runs = small_run([2, 3], rules, bias_shift=1.0)
+    assert [run.rule for run in runs.values()] == list(rules.values())
+    assert runs["none"].draws == [0, 0, 0, 0]
+    assert len(seen) == 1
+    for state, seed in zip(seen[0], (2, 3), strict=True):
+        assert torch.equal(state, pn.generator(seed, experiment.REDRAW).get_state())
+    # the draws returned are the run's: the same nets redrawn from the same streams
+    nets = []
+    for seed in (2, 3):
+        with pn.seeded(seed):
+            nets.append(experiment.FilterNet(2, bias_shift=1.0))
+    conv = experiment.Lottery(nets).conv_of(0)
+    d = pn.load_digits_split()
+    generators = [pn.generator(seed, experiment.REDRAW) for seed in (2, 3)]
+    assert runs["before"].draws == redraw(conv, 2, d.train_x, 0.9, generators)
+    assert sum(runs["before"].draws) > 0
+
+
+def test_a_filter_that_never_fires_has_a_firing_fraction_of_zero():
+    # ReLU(0) = 0: a filter whose pre-activation is at most 0 everywhere does not fire
+    x = torch.rand(6, 64, generator=gen())
+    zero = experiment.firing_fraction(torch.zeros(2, 9), torch.zeros(2), x)
+    assert zero.tolist() == [0.0, 0.0]
+    assert experiment.firing_fraction(torch.zeros(1, 9), None, x).tolist() == [0.0]
+
+
+def test_the_redraw_before_training_handles_filters_without_bias_and_keeps_those_at_the_bar():
+    # two images: one blank, one all ink; a filter of ones fires on the inked one only
+    x = torch.stack([torch.zeros(64), torch.ones(64)])
+    conv = nn.Conv2d(1, 2, kernel_size=3, bias=False)
+    with torch.no_grad():
+        conv.weight[0] = 1.0  # fires on exactly half the images: at the bar, kept
+        conv.weight[1] = -1.0  # fires on none: redrawn until it fires
+    before = conv.weight.detach().clone()
+    draws = experiment.redraw_before_training_(conv, 2, x, 0.5, [gen(1)])
+    assert draws[0] == 0 and draws[1] > 0
+    assert torch.equal(conv.weight[0], before[0])
+    assert experiment.firing_fraction(conv.weight[1].reshape(1, 9), None, x).item() == 0.5
+
+
+def test_the_redraw_before_training_stops_after_a_thousand_draws_by_default():
+    hopeless = nn.Conv2d(1, 1, 3)
+    with torch.no_grad():
+        hopeless.bias.fill_(-100.0)
+    x = torch.rand(2, 64, generator=gen())
+    assert experiment.redraw_before_training_(hopeless, 1, x, 0.5, [gen()]) == [1000]
+
+
+def test_member_dead_filters_are_each_members_dead_filters():
+    nets = members(n=2, bias_shift=0.0)
+    with torch.no_grad():
+        nets[1].conv.weight[0] = -1.0  # network 1's filter 0 never fires on ink in [0, 1]
+    lottery = experiment.Lottery(nets, arms=2)
+    with torch.no_grad():
+        lottery.conv_of(1).weight[1] = -1.0  # arm 1's copy of network 0's filter 1
+    x = torch.rand(20, 64, generator=gen())
+    dead = experiment.member_dead_filters(lottery, x)
+    # members s A + a: (net 0, arm 0), (net 0, arm 1), (net 1, arm 0), (net 1, arm 1)
+    assert dead.tolist() == [[False, False], [False, True], [True, False], [True, False]]
+
+
+def test_the_bootstrap_takes_two_thousand_resamples_of_the_seed_pairs_by_default():
+    a = torch.rand(7, generator=gen(1), dtype=torch.float64)
+    b = torch.rand(7, generator=gen(2), dtype=torch.float64)
+    index = torch.randint(7, (2000, 7), generator=gen(3))  # 2,000 resamples of 7 pairs
+    by_hand = (a[index].mean(1) - b[index].mean(1)).std().item()
+    found = experiment.bootstrap_standard_error(a.tolist(), b.tolist(), "mean", generator=gen(3))
+    assert found == pytest.approx(by_hand, rel=1e-12)
+
+
+def test_a_gap_of_one_to_two_standard_errors_is_no_tie_and_equal_scores_are():
+    prefer = [0.90, 0.80, 0.85, 0.95]
+    # paired differences (0, 0, 0.03, 0.03): gap 0.015, SE 0.01 sqrt(3) / 2 = 0.00866, a gap of
+    # 1.73 SE: beyond the one standard error of a tie (the chapter's k = 1), within two
+    other = [0.90, 0.80, 0.88, 0.98]
+    assert experiment.paired_standard_error(other, prefer) == pytest.approx(0.005 * math.sqrt(3))
+    assert experiment.choose_with_ties({0: prefer, 1: other}, 0) == 1
+    assert experiment.choose_with_ties({0: prefer, 1: other}, 0, k=2) == 0
+    # the same scores: a tie, kept by the preferred value whatever the grid's order
+    assert experiment.choose_with_ties({1: list(prefer), 0: prefer}, 0) == 0
+
+
+def test_accuracies_are_read_as_given_not_rounded_to_float32():
+    # 0.8 - 1e-9 and 0.5 - 1e-9 are one float32 with 0.8 and 0.5, but stay below them
+    assert experiment.epochs_to_reach([0.8 - 1e-9, 0.8], 0.8) == 2
+    assert experiment.paired_failures([0.5 - 1e-9, 0.9], [0.9, 0.5 - 1e-9]) == (1, 1)
+
+
+def test_a_run_at_exactly_one_half_has_not_failed():
+    # seed_summary's rule: a failure is below 50%; 50% is not one
+    first, second = [0.9, 0.9, 0.9], [0.5, 0.1, 0.5]
+    assert experiment.paired_failures(first, second) == (1, 0)
+    assert experiment.paired_failures(second, first) == (0, 1)
+    assert experiment.failure_bound(first, second) == pytest.approx(1 - 2 * 1.0)
