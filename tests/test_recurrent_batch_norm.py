@@ -850,9 +850,13 @@ def test_step_factors_of_a_small_gamma_are_close_to_one():
     from papernotes.data import load_digits_split
 
     digits = load_digits_split()
-    x = experiment.pixel_sequences(digits.train_x[:64])
-    small, large = experiment.step_factors(x, 0.01), experiment.step_factors(x, 1.0)
+    x, y = experiment.pixel_sequences(digits.train_x[:64]), digits.train_y[:64]
+    small, large = experiment.step_factors(x, y, 0.01), experiment.step_factors(x, y, 1.0)
     assert small["linear"] == 1.0 and small["tanh"] > 0.999
+    assert small["tanh_on_gradient"] > 0.999
+    # the gradient meets a tanh factor no smaller than the plain mean's: it sits where tanh' is
+    # large; each is a mean of factors below 1
+    assert large["tanh"] < large["tanh_on_gradient"] < 1.0
     assert large["linear"] < 0.1 and large["tanh"] < small["tanh"]
     assert large["bn_gain"] > 1.0  # BN stretches a squashed state back
 
@@ -886,10 +890,10 @@ def test_tune_learning_rate_widens_the_grid_until_every_tuned_choice_is_inside()
     peaks = {"a": 0.3, "b": 0.01, "noise": 1.0}  # each arm's best rate
     trained = []
 
-    def train(make, lr):
+    def train(make, rates):
         name = make()
-        trained.append((name, lr))
-        return FakeRun(-abs(math.log10(lr) - math.log10(peaks[name])))
+        trained.extend((name, lr) for lr in rates)
+        return [FakeRun(-abs(math.log10(lr) - math.log10(peaks[name]))) for lr in rates]
 
     arms = {name: (lambda n=name: n) for name in peaks}
     grid, runs = experiment.tune_learning_rate(
@@ -943,3 +947,26 @@ def test_the_nulls_reject_bad_input():
         experiment.bn_lstm_written_apart_classifier(3, 4).train()(torch.rand(1, 3, 1))
     with pytest.raises(ValueError, match="gamma_init"):
         experiment.InputNormalizedLSTM(1, 3, 4, gamma_init=0.0)
+
+
+def test_measure_later_gives_what_measuring_during_the_run_gives():
+    x, y = tiny_task(n=64, steps=6)
+    recipe = dict(steps=4, batch_size=16, eval_every=2, cut_steps=3, seed=4)
+
+    def make():
+        return experiment.bn_lstm_classifier(4, 6, seed=2)
+
+    during = experiment.train_classifier(make(), x, y, {"val": (x, y), "test": (x, y)}, **recipe)
+    later = experiment.train_classifier(make(), x, y, {"val": (x, y)}, **recipe)
+    assert "test_accuracy" not in later.history.metrics and "test" not in later.correct
+    later.measure_later({"test": (x, y)}, cut_steps=3)
+    for name in ("test_accuracy", "test_loss", "test_cut_accuracy"):
+        assert later.history[name] == pytest.approx(during.history[name], abs=1e-6)
+    for split in ("test", "test_cut"):
+        assert torch.equal(later.correct[split], during.correct[split])
+    with pytest.raises(ValueError, match="measured already"):
+        later.measure_later({"test": (x, y)})
+    # the grid runner: one run a rate, each the run train_classifier makes at that rate
+    runs = experiment.train_classifiers(make, [0.01, 0.1], x, y, {"val": (x, y)}, **recipe)
+    alone = experiment.train_classifier(make(), x, y, {"val": (x, y)}, lr=0.1, **recipe)
+    assert runs[1].history["val_accuracy"] == alone.history["val_accuracy"]

@@ -177,10 +177,7 @@ class BNLSTM(nn.Module):
 
     def __init__(self, input_size: int, hidden_size: int, max_steps: int, gamma_init: float = 0.1):
         super().__init__()
-        self.input_size = checks.integer("input_size", input_size)
-        self.hidden_size = checks.integer("hidden_size", hidden_size)
-        self.max_steps = checks.integer("max_steps", max_steps)
-        gamma_init = checks.number("gamma_init", gamma_init, 0.0, low_open=True)
+        gamma_init = set_sizes(self, input_size, hidden_size, max_steps, gamma_init)
         gates = 4 * hidden_size
         self.weight_x = nn.Parameter(torch.empty(input_size, gates))
         self.weight_h = nn.Parameter(torch.empty(hidden_size, gates))
@@ -197,7 +194,7 @@ class BNLSTM(nn.Module):
         batch, steps = sizes["B"], sizes["T"]
         h, c = _initial_state(state, batch, self.hidden_size, x)
         if self.training:
-            _check_trainable(steps, batch, self.max_steps)
+            check_trainable(steps, batch, self.max_steps)
         return self._unroll(x, h, c)
 
     def _unroll(self, x: torch.Tensor, h: torch.Tensor, c: torch.Tensor):
@@ -221,8 +218,18 @@ class BNLSTM(nn.Module):
         return torch.stack(outputs, dim=1), (h, c)
 
 
-def _check_trainable(steps: int, batch: int, max_steps: int) -> None:
-    """Training needs statistics for every step and a batch to compute them from."""
+def set_sizes(layer: nn.Module, input_size, hidden_size, max_steps, gamma_init) -> float:
+    """Check a recurrent layer's sizes and set them on it (the nulls of the experiment set theirs
+    with it too); returns gamma_init, checked."""
+    layer.input_size = checks.integer("input_size", input_size)
+    layer.hidden_size = checks.integer("hidden_size", hidden_size)
+    layer.max_steps = checks.integer("max_steps", max_steps)
+    return checks.number("gamma_init", gamma_init, 0.0, low_open=True)
+
+
+def check_trainable(steps: int, batch: int, max_steps: int) -> None:
+    """Training needs statistics for every step and a batch to compute them from (the nulls of
+    the experiment check their sequences with it too)."""
     if steps > max_steps:
         raise ValueError(
             f"a training sequence of {steps} steps is longer than max_steps = {max_steps}: "

@@ -78,18 +78,25 @@ def gradient_norms_through_time(
     h0_noise = checks.number("h0_noise", h0_noise, 0.0)
     network = TanhRNNWrittenApart if written_apart else rbn.BNTanhRNN
     network = TanhRNNWithoutBN if without_bn else network
+    model, readout, h0 = _flow_network(x, gamma, hidden_size, h0_noise, seed, network, n_classes)
+    states = model(x.double(), h0)
+    loss = F.cross_entropy(readout(states[-1]), labels)
+    grads = torch.autograd.grad(loss, states)
+    return torch.stack([g.norm(dim=1).mean() for g in grads])
+
+
+def _flow_network(x, gamma, hidden_size, h0_noise, seed, network, n_classes=10):
+    """The gradient-flow measurements' network, read-out and h_0 (requiring a gradient), in
+    float64, drawn from `seed`: `network(D, hidden_size, gamma)` and an orthogonal read-out."""
     with training.seeded(seed):
         model = network(x.shape[2], hidden_size, gamma).double()
         readout = nn.Linear(hidden_size, n_classes).double()
         nn.init.orthogonal_(readout.weight)
         nn.init.zeros_(readout.bias)
     h0 = h0_noise * torch.randn(
-        batch, hidden_size, dtype=torch.float64, generator=training.generator(seed)
+        len(x), hidden_size, dtype=torch.float64, generator=training.generator(seed)
     )
-    states = model(x.double(), h0.requires_grad_(True))
-    loss = F.cross_entropy(readout(states[-1]), labels)
-    grads = torch.autograd.grad(loss, states)
-    return torch.stack([g.norm(dim=1).mean() for g in grads])
+    return model, readout, h0.requires_grad_(True)
 
 
 class TanhRNNWrittenApart(nn.Module):
@@ -126,28 +133,33 @@ class TanhRNNWithoutBN(TanhRNNWrittenApart):
 
 
 def step_factors(
-    x: torch.Tensor, gamma: float, hidden_size: int = 100, h0_noise: float = 0.1, seed: int = 0
+    x: torch.Tensor,
+    labels: torch.Tensor,
+    gamma: float,
+    hidden_size: int = 100,
+    h0_noise: float = 0.1,
+    seed: int = 0,
 ) -> dict[str, float]:
     """What each step of a freshly initialised BNTanhRNN does to a gradient on its way back, in
     its two factors (W_h = I): per unit, BN multiplies it by gamma / sigma_t (sigma_t the
     batch's standard deviation of the pre-activation z_t) and the tanh by tanh'(gamma z_hat).
 
     Returns, over steps 2..T (step 1 reads h_0's noise) and units, the geometric mean of the BN
-    factor ("bn_gain"), the geometric mean of the tanh factor over examples too ("tanh"), and
-    the share of (example, unit) pairs in the tanh's linear range, tanh' > 0.9 ("linear").
-    The network and h_0 are drawn as in `gradient_norms_through_time` with the same seed.
+    factor ("bn_gain"), the geometric mean of the tanh factor over examples too ("tanh"), the
+    share of (example, unit) pairs in the tanh's linear range, tanh' > 0.9 ("linear"), and the
+    tanh factor the gradient meets ("tanh_on_gradient"): the geometric mean over steps of
+    ||tanh' * dL/dh_t|| / ||dL/dh_t||, each example and unit weighted by the gradient it
+    carries (the loss and the draws of `gradient_norms_through_time` with the same seed).
     """
     batch = checks.tensor("x", x, "(B, T, D)", dtype="floating")["B"]
-    with training.seeded(seed):
-        model = rbn.BNTanhRNN(x.shape[2], hidden_size, gamma).double()
-    h0 = h0_noise * torch.randn(
-        batch, hidden_size, dtype=torch.float64, generator=training.generator(seed)
-    )
-    bn_gain, tanh, linear = [], [], []
+    checks.tensor("labels", labels, "(B,)", B=batch)
+    model, readout, h0 = _flow_network(x, gamma, hidden_size, h0_noise, seed, rbn.BNTanhRNN)
+    states = model(x.double(), h0)
+    grads = torch.autograd.grad(F.cross_entropy(readout(states[-1]), labels), states[1:])
+    bn_gain, tanh, linear, on_gradient = [], [], [], []
     with torch.no_grad():
-        states = model(x.double(), h0)
-        steps = list(zip(states[:-1], x.double().unbind(1), strict=True))[1:]
-        for h_prev, x_t in steps:
+        steps = list(zip(states[:-1], x.double().unbind(1), grads, strict=True))[1:]
+        for h_prev, x_t, grad in steps:
             z = h_prev @ model.weight_h + x_t @ model.weight_x
             mean, variance = batch_norm.batch_statistics(z)
             z_hat = batch_norm.normalize(z, mean, variance, model.eps)
@@ -155,10 +167,12 @@ def step_factors(
             bn_gain.append((model.gamma / (variance + model.eps).sqrt()).log().mean())
             tanh.append(derivative.log().mean())
             linear.append((derivative > 0.9).double().mean())
+            on_gradient.append(((derivative * grad).norm() / grad.norm()).log())
     return {
         "bn_gain": torch.stack(bn_gain).mean().exp().item(),
         "tanh": torch.stack(tanh).mean().exp().item(),
         "linear": torch.stack(linear).mean().item(),
+        "tanh_on_gradient": torch.stack(on_gradient).mean().exp().item(),
     }
 
 
@@ -316,70 +330,44 @@ class SequenceClassifier(nn.Module):
         return self.readout(h)
 
 
-def bn_lstm_classifier(
-    hidden_size: int = 64,
-    max_steps: int = 64,
-    gamma_init: float = 0.1,
-    *,
-    input_size: int = 1,
-    seed: int = 0,
-) -> SequenceClassifier:
+def classifier(make_rnn: Callable[[], nn.Module], seed: int = 0) -> SequenceClassifier:
+    """A sequence classifier on the recurrent layer `make_rnn()`, its initial weights (the
+    layer's, then the read-out's) drawn from `seed`."""
+    with training.seeded(seed):
+        return SequenceClassifier(make_rnn())
+
+
+def bn_lstm_classifier(hidden_size=64, max_steps=64, gamma_init=0.1, *, input_size=1, seed=0):
     """A sequence classifier on the mechanism's BN-LSTM, its initial weights drawn from `seed`."""
-    with training.seeded(seed):
-        return SequenceClassifier(rbn.BNLSTM(input_size, hidden_size, max_steps, gamma_init))
+    return classifier(lambda: rbn.BNLSTM(input_size, hidden_size, max_steps, gamma_init), seed)
 
 
-def lstm_classifier(
-    hidden_size: int = 64, *, input_size: int = 1, seed: int = 0
-) -> SequenceClassifier:
+def lstm_classifier(hidden_size: int = 64, *, input_size: int = 1, seed: int = 0):
     """A sequence classifier on the plain LSTM (a null), its initial weights drawn from `seed`."""
-    with training.seeded(seed):
-        return SequenceClassifier(LSTM(input_size, hidden_size))
+    return classifier(lambda: LSTM(input_size, hidden_size), seed)
 
 
-def input_bn_lstm_classifier(
-    hidden_size: int = 64,
-    max_steps: int = 64,
-    gamma_init: float = 0.1,
-    *,
-    input_size: int = 1,
-    seed: int = 0,
-) -> SequenceClassifier:
+def input_bn_lstm_classifier(hidden_size=64, max_steps=64, gamma_init=0.1, *, input_size=1, seed=0):
     """A sequence classifier on the input-only BN ablation (a null), weights drawn from `seed`."""
-    with training.seeded(seed):
-        return SequenceClassifier(
-            InputNormalizedLSTM(input_size, hidden_size, max_steps, gamma_init)
-        )
+    rnn = InputNormalizedLSTM
+    return classifier(lambda: rnn(input_size, hidden_size, max_steps, gamma_init), seed)
 
 
 def bn_lstm_written_apart_classifier(
-    hidden_size: int = 64,
-    max_steps: int = 64,
-    gamma_init: float = 0.1,
-    *,
-    input_size: int = 1,
-    seed: int = 0,
-) -> SequenceClassifier:
-    """A sequence classifier on the BN-LSTM written apart (`BNLSTMWrittenApart`, for nulls), its
-    initial weights drawn from `seed` (the mechanism's BN-LSTM's, at the same seed)."""
-    with training.seeded(seed):
-        rnn = BNLSTMWrittenApart(input_size, hidden_size, max_steps, gamma_init)
-        return SequenceClassifier(rnn)
+    hidden_size=64, max_steps=64, gamma_init=0.1, *, input_size=1, seed=0, **settings
+):
+    """A sequence classifier on the BN-LSTM written apart (`BNLSTMWrittenApart` with its
+    `settings`, for nulls), its initial weights the mechanism's BN-LSTM's at the same seed."""
+    sizes = (input_size, hidden_size, max_steps, gamma_init)
+    return classifier(lambda: BNLSTMWrittenApart(*sizes, **settings), seed)
 
 
-def bn_h_dropped_classifier(
-    hidden_size: int = 64,
-    max_steps: int = 64,
-    gamma_init: float = 0.1,
-    *,
-    input_size: int = 1,
-    seed: int = 0,
-) -> SequenceClassifier:
+def bn_h_dropped_classifier(hidden_size=64, max_steps=64, gamma_init=0.1, *, input_size=1, seed=0):
     """A null: the BN-LSTM written apart less only the BN of its hidden-to-hidden term W_h h
     (the input and cell BNs kept), its initial weights the BN-LSTM's at the same seed."""
-    with training.seeded(seed):
-        rnn = BNLSTMWrittenApart(input_size, hidden_size, max_steps, gamma_init, recurrent_bn=False)
-        return SequenceClassifier(rnn)
+    return bn_lstm_written_apart_classifier(
+        hidden_size, max_steps, gamma_init, input_size=input_size, seed=seed, recurrent_bn=False
+    )
 
 
 def frozen_statistics_classifier(
@@ -396,13 +384,13 @@ def frozen_statistics_classifier(
     of `seed`): the BN-LSTM's initial scale without normalization while it trains. Its initial
     weights are the BN-LSTM's at the same seed."""
     sizes = checks.tensor("x", x, "(N, T, D)", dtype="floating")
-    with training.seeded(seed):
-        rnn = BNLSTMWrittenApart(sizes["D"], hidden_size, max_steps, gamma_init, frozen=True)
-        model = SequenceClassifier(rnn)
+    model = bn_lstm_written_apart_classifier(
+        hidden_size, max_steps, gamma_init, input_size=sizes["D"], seed=seed, frozen=True
+    )
     state = _noisy_initial_state(
         sizes["N"], hidden_size, h0_noise, training.generator(seed, FROZEN_STATISTICS)
     )
-    rnn.freeze_statistics(x, state)
+    model.rnn.freeze_statistics(x, state)
     return model
 
 
@@ -410,14 +398,31 @@ def frozen_statistics_classifier(
 class SequenceRun(training.Run):
     """A training run of a sequence classifier: the model, its History, and for each evaluated
     split a (evaluations, N) boolean tensor of which sequences it classified right at each
-    evaluation (for paired comparisons of two runs on the same sequences)."""
+    evaluation (for paired comparisons of two runs on the same sequences). `snapshots` are the
+    model as each evaluation measured it (its population statistics set), for `measure_later`."""
 
     correct: dict[str, torch.Tensor]
+    snapshots: list[SequenceClassifier]
 
     def mean_correct(self, split: str) -> torch.Tensor:
         """Per sequence, the fraction of the run's evaluations that classified it right: (N,).
         Its mean is the split's accuracy averaged over the run."""
         return self.correct[split].double().mean(dim=0)
+
+    def measure_later(
+        self, splits: Mapping[str, tuple[torch.Tensor, torch.Tensor]], cut_steps=None
+    ) -> None:
+        """Measure every evaluation's snapshot on more splits, as if they had been evaluated
+        during the run (`train_classifier`'s metrics and `cut_steps`): a split read only for
+        the runs that were chosen, after the choice (the test split)."""
+        for name in splits:
+            if name in self.correct:
+                raise ValueError(f"split {name!r} was measured already")
+        found = {}
+        for snapshot in self.snapshots:
+            for name, value in _measure(snapshot, splits, cut_steps, found).items():
+                self.history.metrics.setdefault(name, []).append(value)
+        self.correct |= {name: torch.stack(rows) for name, rows in found.items()}
 
 
 def train_classifier(
@@ -459,6 +464,10 @@ def train_classifier(
     checks.number("lr", lr, 0.0, low_open=True)
     h0_noise = checks.number("h0_noise", h0_noise, 0.0)
     population_size = min(checks.integer("population_size", population_size), n)
+    if cut_steps is not None:
+        checks.integer("cut_steps", cut_steps)
+    for name, (x, _) in splits.items():
+        checks.tensor(f"{name} x", x, "(N, T, D)")
     hidden = model.hidden_size
     optimizer = torch.optim.RMSprop(
         [p for p in model.parameters() if p.requires_grad], lr=lr, alpha=0.9
@@ -466,36 +475,16 @@ def train_classifier(
     batches = minibatches(n, batch_size, training.generator(seed, BATCHES))
     noise = training.generator(seed, H0_NOISE)
     population_noise = training.generator(seed, POPULATION_NOISE)
-    if cut_steps is not None:
-        checks.integer("cut_steps", cut_steps)
-    cut = cut_steps is not None and _is_mechanism(model)
-    correct = {name: [] for name in splits} | ({f"{n}_cut": [] for n in splits} if cut else {})
-    sizes = [checks.tensor(f"{name} x", x, "(N, T, D)")["N"] for name, (x, _) in splits.items()]
     # The mechanism's BN-LSTM draws its h_0 with the mechanism's initial_state; the nulls with
     # their own copy of it (the same draws), out of a broken mechanism's reach.
     initial_state = rbn.initial_state if _is_mechanism(model) else _noisy_initial_state
+    found, snapshots = {}, []
 
-    def measure() -> dict[str, float]:
+    def evaluate() -> dict[str, float]:
         state = initial_state(population_size, hidden, h0_noise, population_noise)
         set_population_statistics(model, train_x[:population_size], state)
-        # Every split in one forward pass (evaluation uses the population statistics, so the
-        # batch it sits in does not matter), then cut apart.
-        every_x = torch.cat([x for x, _ in splits.values()])
-        logits = model(every_x).split(sizes)
-        metrics = {}
-        for name, (_, y), split_logits in zip(splits, splits.values(), logits, strict=True):
-            right = split_logits.argmax(dim=-1) == y
-            correct[name].append(right)
-            metrics[f"{name}_accuracy"] = right.float().mean().item()
-            metrics[f"{name}_loss"] = F.cross_entropy(split_logits, y).item()
-        if cut:
-            with training.evaluating(model):
-                cut_logits = statistics_for_first(model, cut_steps)(every_x).split(sizes)
-            for name, (_, y), split_logits in zip(splits, splits.values(), cut_logits, strict=True):
-                right = split_logits.argmax(dim=-1) == y
-                correct[f"{name}_cut"].append(right)
-                metrics[f"{name}_cut_accuracy"] = right.float().mean().item()
-        return metrics
+        snapshots.append(copy.deepcopy(model))
+        return _measure(model, splits, cut_steps, found)
 
     history = training.train_classifier(
         model,
@@ -507,12 +496,65 @@ def train_classifier(
         logits_of=lambda index: model(
             train_x[index], initial_state(len(index), hidden, h0_noise, noise)
         ),
-        evaluate=measure,
+        evaluate=evaluate,
         eval_every=eval_every,
         clip=clip,
         desc=type(model.rnn).__name__,
     )
-    return SequenceRun(model, history, {k: torch.stack(v) for k, v in correct.items()})
+    correct = {name: torch.stack(rows) for name, rows in found.items()}
+    return SequenceRun(model, history, correct, snapshots)
+
+
+def _measure(
+    model: SequenceClassifier,
+    splits: Mapping[str, tuple[torch.Tensor, torch.Tensor]],
+    cut_steps: int | None,
+    found: dict[str, list[torch.Tensor]],
+) -> dict[str, float]:
+    """Accuracy and loss of the model on each split (its statistics cut at `cut_steps` too, for
+    the mechanism's BN-LSTM), in eval mode; which sequences were right appended to `found`."""
+    metrics = {}
+    if not splits:
+        return metrics
+    # Every split in one forward pass (evaluation uses the population statistics, so the batch
+    # it sits in does not matter), then cut apart.
+    every_x = torch.cat([x for x, _ in splits.values()])
+    sizes = [len(x) for x, _ in splits.values()]
+    measured = {"": model}
+    if cut_steps is not None and _is_mechanism(model):
+        measured["_cut"] = statistics_for_first(model, cut_steps)
+    with training.evaluating(model):
+        for suffix, each in measured.items():
+            logits = each(every_x).split(sizes)
+            for (name, (_, y)), split_logits in zip(splits.items(), logits, strict=True):
+                right = split_logits.argmax(dim=-1) == y
+                found.setdefault(name + suffix, []).append(right)
+                metrics[f"{name}{suffix}_accuracy"] = right.float().mean().item()
+                if not suffix:
+                    metrics[f"{name}_loss"] = F.cross_entropy(split_logits, y).item()
+    return metrics
+
+
+def train_classifiers(
+    make: Callable[[], SequenceClassifier],
+    rates: Sequence[float],
+    train_x: torch.Tensor,
+    train_y: torch.Tensor,
+    splits: Mapping[str, tuple[torch.Tensor, torch.Tensor]],
+    **recipe,
+) -> list[SequenceRun]:
+    """`train_classifier(make(), train_x, train_y, splits, lr=rate, **recipe)` for each rate of
+    `rates`: one arm over a grid, the runner `tune_learning_rate` calls.
+
+    One run after another. Stacked (`together.stack`, vmap over the model's own code) the
+    runs were slower here, not faster: at 128 sequences of 32 units an update is mostly
+    arithmetic on (B, 4H) tensors, which a stack of K members multiplies by K, and vmap's
+    batching rules cost more than the per-operation overhead they save.
+    """
+    return [
+        train_classifier(make(), train_x, train_y, splits, lr=lr, **recipe)
+        for lr in (checks.number("lr", lr, 0.0, low_open=True) for lr in rates)
+    ]
 
 
 # Learning rates a half-decade apart: the values a grid is drawn from and extended along.
@@ -520,7 +562,7 @@ LEARNING_RATE_LADDER = (1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2, 1e-1, 3e-1, 1.0)
 
 
 def tune_learning_rate(
-    train: Callable[[Callable[[], SequenceClassifier], float], SequenceRun],
+    train: Callable[[Callable[[], SequenceClassifier], list[float]], list[SequenceRun]],
     arms: Mapping[str, Callable[[], SequenceClassifier]],
     grid: Sequence[float],
     *,
@@ -532,7 +574,8 @@ def tune_learning_rate(
     """Every arm trained at every learning rate of one grid, the grid widened until it brackets
     each tuned arm's best rate.
 
-    `train(make, lr)` trains the model `make()` at `lr`; `arms` maps a name to its `make`. The
+    `train(make, rates)` trains the model `make()` at each of `rates` (a list, trained together
+    by `train_classifiers`) and returns their runs; `arms` maps a name to its `make`. The
     best rate of an arm is the one of highest mean validation accuracy over its run. While the
     best rate of an arm of `tuned` (default: every arm) is the grid's smallest or largest, the
     grid gains the next rate of `ladder` on that side (up to `max_values` rates), and every arm
@@ -550,10 +593,10 @@ def tune_learning_rate(
     ladder = sorted(ladder)
     runs = {name: dict((runs or {}).get(name, {})) for name in arms}
     while True:
-        for lr in grid:
-            for name, make in arms.items():
-                if lr not in runs[name]:
-                    runs[name][lr] = train(make, lr)
+        for name, make in arms.items():
+            missing = [lr for lr in grid if lr not in runs[name]]
+            if missing:  # an arm's new rates in one call: trained together
+                runs[name].update(zip(missing, train(make, missing), strict=True))
         chosen = [best_learning_rate(runs[name]) for name in tuned]
         wider = list(grid)
         if grid[0] in chosen:
@@ -653,13 +696,21 @@ def _state(state, batch: int, hidden_size: int, like: torch.Tensor):
     return state[0][None], state[1][None]
 
 
-def _check_trainable(steps: int, batch: int, max_steps: int) -> None:
-    if steps > max_steps:
-        raise ValueError(
-            f"a training sequence of {steps} steps is longer than max_steps = {max_steps}"
-        )
-    if batch < 2:
-        raise ValueError(f"batch statistics need at least 2 examples per batch; got {batch}")
+def _input_bn(layer: nn.Module, z: torch.Tensor, population) -> torch.Tensor:
+    """BN(W_x x_t; gamma_x, 0) for every step of z = W_x x (B, T, 4H) at once, the nulls' input
+    BN: as a (B, T * 4H) batch each column is one feature at one step, so torch's batch norm
+    computes each step's statistics in training; in evaluation step t reads row
+    min(t, max_steps - 1) of the (mean, var) tables `population`."""
+    batch, steps, _ = z.shape
+    flat = z.reshape(batch, -1)
+    gamma = layer.gamma_x.repeat(steps)
+    if layer.training:
+        normalized = F.batch_norm(flat, None, None, gamma, None, True, 0.0, layer.eps)
+    else:
+        rows = torch.arange(steps).clamp(max=layer.max_steps - 1)
+        mean, var = (table[rows].flatten() for table in population)
+        normalized = F.batch_norm(flat, mean, var, gamma, None, False, 0.0, layer.eps)
+    return normalized.view(batch, steps, -1)
 
 
 class LSTM(nn.Module):
@@ -700,10 +751,7 @@ class InputNormalizedLSTM(nn.Module):
 
     def __init__(self, input_size: int, hidden_size: int, max_steps: int, gamma_init: float = 0.1):
         super().__init__()
-        self.input_size = checks.integer("input_size", input_size)
-        self.hidden_size = checks.integer("hidden_size", hidden_size)
-        self.max_steps = checks.integer("max_steps", max_steps)
-        gamma_init = checks.number("gamma_init", gamma_init, 0.0, low_open=True)
+        gamma_init = rbn.set_sizes(self, input_size, hidden_size, max_steps, gamma_init)
         self.eps = 1e-5
         gates = 4 * hidden_size
         weight_x, weight_h, bias = lstm_weights(input_size, hidden_size)
@@ -724,17 +772,10 @@ class InputNormalizedLSTM(nn.Module):
 
     def input_term(self, x: torch.Tensor) -> torch.Tensor:
         """BN(W_x x_t; gamma_x, 0) + b for every step of x (B, T, D): (B, T, 4H)."""
-        batch, steps, _ = x.shape
-        z = (x @ self.weight_x).reshape(batch, -1)  # each column one feature at one step
-        gamma = self.gamma_x.repeat(steps)
         if self.training:
-            _check_trainable(steps, batch, self.max_steps)
-            normalized = F.batch_norm(z, None, None, gamma, None, True, 0.0, self.eps)
-        else:
-            rows = torch.arange(steps).clamp(max=self.max_steps - 1)
-            mean, var = self.population_mean[rows].flatten(), self.population_var[rows].flatten()
-            normalized = F.batch_norm(z, mean, var, gamma, None, False, 0.0, self.eps)
-        return normalized.view(batch, steps, -1) + self.bias
+            rbn.check_trainable(x.shape[1], x.shape[0], self.max_steps)
+        population = (self.population_mean, self.population_var)
+        return _input_bn(self, x @ self.weight_x, population) + self.bias
 
     def forward(self, x: torch.Tensor, state=None):
         batch = checks.tensor("x", x, "(B, T, D)", dtype="floating", D=self.input_size)["B"]
@@ -779,10 +820,7 @@ class BNLSTMWrittenApart(nn.Module):
         super().__init__()
         self.recurrent_bn, self.frozen = bool(recurrent_bn), bool(frozen)
         self._frozen_set = False
-        self.input_size = checks.integer("input_size", input_size)
-        self.hidden_size = checks.integer("hidden_size", hidden_size)
-        self.max_steps = checks.integer("max_steps", max_steps)
-        gamma_init = checks.number("gamma_init", gamma_init, 0.0, low_open=True)
+        gamma_init = rbn.set_sizes(self, input_size, hidden_size, max_steps, gamma_init)
         self.eps = 1e-5
         gates = 4 * hidden_size
         weight_x, weight_h, bias = lstm_weights(input_size, hidden_size)
@@ -811,29 +849,17 @@ class BNLSTMWrittenApart(nn.Module):
     def _input_terms(self, x: torch.Tensor) -> torch.Tensor:
         """BN(W_x x_t; gamma_x, 0) + b for every step at once, (B, T, 4H): each column of the
         flattened (B, T * 4H) term is one feature at one step."""
-        batch, steps, _ = x.shape
-        z = (x @ self.weight_x).reshape(batch, -1)
-        gamma = self.gamma_x.repeat(steps)
-        if self.training:
-            if self._collect is not None:
-                self._collect["x"] = list(
-                    zip(
-                        z.mean(0).view(steps, -1).unbind(0),
-                        z.var(0, unbiased=True).view(steps, -1).unbind(0),
-                        strict=True,
-                    )
-                )
-            normalized = F.batch_norm(z, None, None, gamma, None, True, 0.0, self.eps)
-        else:
-            rows = torch.arange(steps).clamp(max=self.max_steps - 1)
-            mean, var = self.mean_x[rows].flatten(), self.var_x[rows].flatten()
-            normalized = F.batch_norm(z, mean, var, gamma, None, False, 0.0, self.eps)
-        return normalized.view(batch, steps, -1) + self.bias
+        z = x @ self.weight_x
+        if self.training and self._collect is not None:  # estimating: each step's statistics
+            self._collect["x"] = list(
+                zip(z.mean(0).unbind(0), z.var(0, unbiased=True).unbind(0), strict=True)
+            )
+        return _input_bn(self, z, (self.mean_x, self.var_x)) + self.bias
 
     def forward(self, x: torch.Tensor, state=None):
         sizes = checks.tensor("x", x, "(B, T, D)", dtype="floating", D=self.input_size)
         if self.training:
-            _check_trainable(sizes["T"], sizes["B"], self.max_steps)
+            rbn.check_trainable(sizes["T"], sizes["B"], self.max_steps)
         h, c = (s[0] for s in _state(state, sizes["B"], self.hidden_size, x))
         split = 3 * self.hidden_size
         outputs = []
