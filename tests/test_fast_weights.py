@@ -933,3 +933,233 @@ def test_a_broken_inner_loop_or_memory_is_told_apart_from_the_papers_equations(m
     read_gap, grad_gap = gaps_from_the_equations(model, tokens, answers)
     assert read_gap > 1e-6, mutant
     assert grad_gap > 1e-6, mutant
+
+
+# -- the mutation survivors (tests/mutation/fast_weights.yml) -------------------------------------
+
+
+def test_without_layer_norm_or_fast_weights_the_core_is_the_plain_relu_rnn():
+    # fast_lr = 0 adds nothing to W h + C x + b (LN would hide a constant; without LN it shows)
+    rnn = make_rnn(fast_lr=0.0, layer_norm=False)
+    x = randn(2, 4, 5, seed=80)
+    W, C, b = rnn.recurrent_weights.weight, rnn.input_weights.weight, rnn.input_weights.bias
+    h, states = torch.zeros(2, 6, dtype=torch.float64), []
+    for t in range(4):
+        h = torch.relu(h @ W.T + x[:, t] @ C.T + b)
+        states.append(h)
+    with torch.no_grad():
+        assert torch.allclose(rnn(x)[0], torch.stack(states, 1), atol=1e-12)
+
+
+def test_the_lstms_forget_gate_starts_at_one_by_default_and_forward_returns_the_last_state():
+    with seeded(7):
+        lstm = experiment.LSTM(4, 6).double()  # the chapter's LSTM core takes the default
+    bias = lstm.input_weights.bias.detach()
+    assert torch.equal(bias[6:12], torch.ones(6, dtype=torch.float64))  # i, f, g, o: f is 1
+    assert (bias[12:] != 1).all() and bias[12:].abs().max() <= 1 / 6**0.5
+    x = randn(3, 4, 4, seed=81)
+    with torch.no_grad():
+        hidden, last = lstm(x)
+    assert torch.equal(last, hidden[:, 3])
+
+
+def test_the_chapters_retrieval_net_embeds_each_token_in_100_dimensions():
+    assert experiment.RetrievalNet().embedding.embedding_dim == 100
+
+
+def tiny_sets():
+    return experiment.retrieval_batch(300, 2, gen(82)), experiment.retrieval_batch(30, 2, gen(83))
+
+
+def moved(model, seed, settings):
+    with seeded(seed):
+        start = experiment.RetrievalNet(**settings)
+    return max(
+        (a - b).abs().max().item()
+        for a, b in zip(model.parameters(), start.parameters(), strict=True)
+    )
+
+
+def test_a_training_clips_the_gradient_before_adam():
+    # Clipped at 1e-12, every gradient coordinate is far below Adam's eps (1e-8): the first
+    # update moves no weight by more than lr * 1e-4, where the unclipped one moves some by lr.
+    train, validation = tiny_sets()
+    common = dict(seed=2, batch_size=16, eval_every=1, lr=1e-2, **SMALL)
+    clipped = experiment.RetrievalTraining(train, validation, clip=1e-12, **common).advance(1)
+    assert moved(clipped.model, 2, SMALL) < 1e-6
+    free = experiment.RetrievalTraining(train, validation, clip=1e6, **common).advance(1)
+    assert moved(free.model, 2, SMALL) > 5e-3
+
+
+def test_tune_together_clips_every_members_gradient_in_both_rungs():
+    train, validation = tiny_sets()
+    grids = experiment.tune_together(
+        train,
+        validation,
+        seed=2,
+        arms={"a": SMALL},
+        lrs=(1e-2, 3e-2),
+        rung=2,
+        steps=4,
+        keep=1,
+        batch_size=16,
+        eval_every=1,
+        clip=1e-12,
+    )
+    (model,) = grids["a"].models.values()
+    assert moved(model, 2, SMALL) < 1e-5
+
+
+def test_successive_halving_keeps_the_lowest_validation_loss_not_the_first_rate():
+    # here the rate of 3e-2 overshoots at first: the rate of 1e-9, second in the grid, has the
+    # lower mean validation loss at the rung, and it is the one that goes on
+    train, validation = tiny_sets()
+    grids = experiment.tune_together(
+        train,
+        validation,
+        seed=2,
+        arms={"a": SMALL},
+        lrs=(3e-2, 1e-9),
+        rung=2,
+        steps=4,
+        keep=1,
+        batch_size=16,
+        eval_every=1,
+    )
+    histories = grids["a"].histories
+    at_rung = [sum(h["val_loss"][:2]) / 2 for h in histories]
+    assert at_rung[1] < at_rung[0]
+    assert [h.steps[-1] for h in histories] == [2, 4]
+
+
+def test_a_run_advanced_three_times_counts_every_update_and_keeps_a_divergence():
+    train, validation = tiny_sets()
+    run = experiment.RetrievalTraining(train, validation, seed=2, batch_size=16, eval_every=1)
+    run.advance(1).advance(1).advance(1)
+    assert run.history.steps == [1, 2, 3] and not run.history.diverged
+    with torch.no_grad():
+        run.model.readout.weight.fill_(float("nan"))  # the loss stops being finite
+    run.advance(1)
+    assert run.history.diverged is True
+    run.advance(1)
+    assert run.history.diverged is True
+
+
+def small_group(nan_first=False):
+    train, validation = tiny_sets()
+    members = []
+    for _ in range(2):
+        with seeded(2):
+            members.append(experiment.RetrievalNet(**SMALL))
+    if nan_first:
+        with torch.no_grad():
+            members[0].readout.weight.fill_(float("nan"))
+    batches = experiment.minibatches(300, 16, gen(84))
+    return experiment._Group(members, [0, 1], [1e-2, 3e-2], batches), train, validation
+
+
+def test_a_group_logs_each_members_validation_scores_counts_its_updates_and_divergence():
+    group, train, validation = small_group(nan_first=True)
+    histories = [training.History(), training.History()]
+    for _ in range(3):
+        group.advance(1, train, validation, histories, 1, 5.0)
+    assert histories[1].steps == [1, 2, 3]
+    assert histories[0].diverged is True and histories[1].diverged is False
+    # the logged validation accuracy is the member's accuracy on the validation set
+    model = group.stack.member(1)
+    assert histories[1]["val_accuracy"][-1] == pytest.approx(
+        experiment.retrieval_accuracy(model, validation), abs=1e-6
+    )
+
+
+def test_a_group_clips_each_members_gradient():
+    group, train, validation = small_group()
+    histories = [training.History(), training.History()]
+    group.advance(1, train, validation, histories, 1, 1e-12)
+    for k in range(2):
+        assert moved(group.stack.member(k), 2, SMALL) < 1e-6
+
+
+def test_the_sets_follow_their_streams_of_the_seed():
+    sets = experiment.retrieval_sets(3, size=5, n_pairs=2, train_size=7, validation_size=4)
+    for part, size, stream in (
+        (sets.train, 7, experiment.TRAIN),
+        (sets.validation, 4, experiment.VALIDATION),
+        (sets.test, 5, experiment.TEST),
+    ):
+        expected = experiment.retrieval_batch(size, 2, training.generator(3, stream))
+        assert torch.equal(part[0], expected[0]) and torch.equal(part[1], expected[1])
+    # 2,000 test sequences of each number of pairs by default, in order from stream CAPACITY
+    capacity = experiment.capacity_sets(3, (2, 5))
+    g = training.generator(3, experiment.CAPACITY)
+    for n in (2, 5):
+        expected = experiment.retrieval_batch(2000, n, g)
+        assert torch.equal(capacity[n][0], expected[0]) and torch.equal(capacity[n][1], expected[1])
+
+
+def test_mean_weight_by_role_by_hand_with_a_weight_of_its_own_for_each_role():
+    tokens = torch.tensor([[0, 30, 1, 31, 2, 32, 3, 33, 36, 36, 2]])  # a3b4c5d6??c, c asked
+    weights = torch.tensor([[1.0, 10.0, 2.0, 20.0, 8.0, 6.0, 3.0, 30.0, 0.5, 0.5]])
+    assert experiment.mean_weight_by_role(weights, tokens) == {
+        "queried key": 8.0,
+        "its value": 6.0,
+        "other keys": 2.0,
+        "other values": 20.0,
+        "'?' marks": 0.5,
+    }
+
+
+def test_the_ratio_bootstrap_by_hand_500_rounds_of_the_sequences_from_its_generator():
+    g = gen(85)
+    first = (torch.rand(20, generator=g) + 1, torch.rand(20, generator=g) + 1)
+    second = (torch.rand(20, generator=g) + 1, torch.rand(20, generator=g) + 1)
+    index = torch.randint(20, (500, 20), generator=gen(86))
+
+    def ratio(pair):
+        return pair[0][index].mean(1) / pair[1][index].mean(1)
+
+    by_hand = (ratio(first) - ratio(second)).std().item()
+    found = experiment.ratio_gap_standard_error(first, second, gen(86))
+    assert found == pytest.approx(by_hand, rel=1e-6)
+    with pytest.raises(ValueError, match=r"^first others must have shape"):
+        experiment.ratio_gap_standard_error((first[0], first[1][:5]), second, gen(86))
+    with pytest.raises(ValueError, match=r"^second queried must have shape"):
+        experiment.ratio_gap_standard_error(first, (second[0][:5], second[1]), gen(86))
+
+
+def test_a_bad_sequences_argument_is_named_in_the_error():
+    model = experiment.RetrievalNet(**SMALL)
+    train, validation = tiny_sets()
+    with pytest.raises(TypeError, match=r"^sequences must be a pair"):
+        experiment.retrieval_accuracy(model, train[0])
+    with pytest.raises(TypeError, match=r"^sequences must be a pair"):
+        experiment.retrieval_scores(model, train[0])
+    with pytest.raises(TypeError, match=r"^sequences must be a pair"):
+        experiment.read_with_settings(model, train[0], decay=0.9, fast_lr=0.5, inner_steps=1)
+    common = dict(seed=0, arms={"a": SMALL}, lrs=(1e-2,), rung=1, steps=2)
+    with pytest.raises(TypeError, match=r"^train must be a pair"):
+        experiment.tune_together(train[0], validation, **common)
+    with pytest.raises(TypeError, match=r"^validation must be a pair"):
+        experiment.tune_together(train, validation[0], **common)
+
+
+def test_the_slow_networks_are_read_with_the_fast_weights_decay_and_rate_by_default():
+    with seeded(3):
+        model = experiment.RetrievalNet(core="no fast weights", **SMALL)
+    tokens = experiment.retrieval_batch(5, 2, gen(87))[0]
+    core = fw.FastWeightsRNN(3, 4)  # the fast-weights network's defaults, as the chapter trains it
+    by_default = experiment.slow_weights_at_query(model, tokens)
+    assert torch.equal(
+        by_default,
+        experiment.slow_weights_at_query(model, tokens, decay=core.decay, fast_lr=core.fast_lr),
+    )
+    assert not torch.allclose(
+        by_default, experiment.slow_weights_at_query(model, tokens, decay=0.5, fast_lr=0.5)
+    )
+
+
+def test_the_written_out_read_is_exact_in_float64():
+    hs = randn(2, 30, 4, seed=88)
+    query = randn(2, 4, seed=89)
+    expected = fw.attention_readout(hs, query, 0.95, 0.5)
+    assert torch.allclose(experiment.written_out_read(hs, query, 0.95, 0.5), expected, rtol=1e-13)
