@@ -460,47 +460,79 @@ def test_standardize_centres_on_the_training_split():
         experiment.standardize(torch.zeros(3))
 
 
-@pytest.mark.parametrize("arm", ["snn", "relu_lsuv", "selu_alpha_one", "relu_he_bn"])
-def test_each_member_of_an_arm_trains_as_it_would_alone(arm):
+def train_one(x, y, arm, rates, **settings):
+    """One arm's run through `train_arms`, on x for training and validation."""
+    return experiment.train_arms(x, y, x, y, grid={arm: rates}, **settings)[arm]
+
+
+def test_each_member_of_a_stack_of_arms_trains_as_it_would_alone():
     x = randn(200, 8, seed=2).float()
     y = (x[:, 0] > 0).long()
-    run = experiment.train_arm(
-        x,
-        y,
-        x,
-        y,
-        arm=arm,
-        learning_rates=(0.01, 0.1),
-        seed=3,
-        depth=4,
-        width=16,
-        steps=40,
-        batch_size=32,
-        eval_every=20,
-    )
-    assert [h.steps for h in run.histories] == [[20, 40]] * 2 and run.diverged() == [False] * 2
-    for k, lr in enumerate(run.learning_rates):
-        with training.seeded(3):
-            alone = experiment.mlp(8, 2, depth=4, width=16, arm=arm)
-        if arm == "relu_lsuv":
-            experiment.lsuv_start(alone, x)
-        batches = minibatches(200, 32, training.generator(3, experiment.BATCHES))
-        training.train_classifier(
-            alone,
-            y,
-            torch.optim.SGD(alone.parameters(), lr=lr),
-            40,
-            batches=batches,
-            logits_of=lambda index, model=alone: model(x[index]),
-        )
-        member = run.member(k)
-        for (name, ours), theirs in zip(
-            member.state_dict().items(), alone.state_dict().values(), strict=True
-        ):
-            assert torch.allclose(ours, theirs, atol=1e-5), name
-        accuracy = training.accuracy_of(member, x, y)
-        assert accuracy == pytest.approx(run.val_accuracy()[k], abs=1e-6)
-    assert run.val_accuracy()[1] > 0.8
+    arms = ("snn", "relu_lsuv", "selu_alpha_one", "relu_he_bn")
+    settings = dict(seed=3, depth=4, width=16, steps=40, batch_size=32, eval_every=20)
+    runs = experiment.train_arms(x, y, x, y, grid=dict.fromkeys(arms, (0.1, 0.01)), **settings)
+    assert list(runs) == list(arms)
+    assert len(runs["snn"].stacks[0].templates) == 6  # one stack without batch norm, one with
+    for arm, run in runs.items():
+        assert run.learning_rates == (0.01, 0.1)
+        assert [h.steps for h in run.histories] == [[20, 40]] * 2
+        assert run.diverged() == [False] * 2
+        for k, lr in enumerate(run.learning_rates):
+            with training.seeded(3):
+                alone = experiment.mlp(8, 2, depth=4, width=16, arm=arm)
+            if arm == "relu_lsuv":
+                experiment.lsuv_start(alone, x)
+            batches = minibatches(200, 32, training.generator(3, experiment.BATCHES))
+            training.train_classifier(
+                alone,
+                y,
+                torch.optim.SGD(alone.parameters(), lr=lr),
+                40,
+                batches=batches,
+                logits_of=lambda index, model=alone: model(x[index]),
+            )
+            member = run.member(k)
+            assert [type(m) for m in member] == [type(m) for m in alone]
+            for (name, ours), theirs in zip(
+                member.state_dict().items(), alone.state_dict().values(), strict=True
+            ):
+                assert torch.allclose(ours, theirs, atol=1e-5), (arm, name)
+            accuracy = training.accuracy_of(member, x, y)
+            assert accuracy == pytest.approx(run.val_accuracy()[k], abs=1e-6)
+        assert run.val_accuracy()[1] > 0.8
+
+
+def test_an_arms_members_are_the_same_to_the_bit_beside_other_arms():
+    x = randn(100, 8, seed=2).float()
+    y = (x[:, 0] > 0).long()
+    common = dict(seed=1, depth=3, width=8, steps=20, eval_every=10)
+    grid = {"snn": (0.1, 0.03), "relu_he": (0.1, 0.05), "relu_he_bn": (0.1, 0.2)}
+    together = experiment.train_arms(x, y, x, y, grid=grid, **common)
+    for arm, rates in grid.items():
+        alone = train_one(x, y, arm, rates, **common)  # a stack of this arm's rates only
+        for k in range(len(rates)):
+            for ours, theirs in zip(
+                together[arm].member(k).state_dict().values(),
+                alone.member(k).state_dict().values(),
+                strict=True,
+            ):
+                assert torch.equal(ours, theirs), arm
+
+
+def test_an_arm_stack_takes_networks_of_one_layout_only():
+    with training.seeded(0):
+        snn = experiment.mlp(4, 2, depth=2, width=8, arm="snn")
+        deeper = experiment.mlp(4, 2, depth=3, width=8, arm="snn")
+        normalised = experiment.mlp(4, 2, depth=2, width=8, arm="relu_he_bn")
+    for other in (deeper, normalised):
+        with pytest.raises(ValueError, match="another layout"):
+            experiment.ArmStack([snn, other])
+    with pytest.raises(ValueError, match="non-empty list"):
+        experiment.ArmStack([])
+    stack = experiment.ArmStack([snn, snn])
+    assert stack.on_all(torch.zeros(5, 4)).shape == (2, 5, 2)
+    with pytest.raises(ValueError, match="below the number of members, 2"):
+        stack.member(2)
 
 
 @pytest.mark.parametrize("arm", ["snn", "relu_he_bn"])
@@ -509,9 +541,7 @@ def test_a_diverged_member_leaves_the_others_training(arm):
     y = (x[:, 0] > 0).long()
 
     def run_at(rates):
-        return experiment.train_arm(
-            x, y, x, y, arm=arm, learning_rates=rates, seed=0, depth=3, width=8, steps=30
-        )
+        return train_one(x, y, arm, rates, seed=0, depth=3, width=8, steps=30)
 
     run, alone = run_at((0.1, 1e6)), run_at((0.1,))
     assert run.diverged() == [False, True] and alone.diverged() == [False]
@@ -526,30 +556,47 @@ def test_a_diverged_member_leaves_the_others_training(arm):
     assert scores[0.1] == pytest.approx(run.val_accuracy()[0])
 
 
-def test_tuned_arm_extends_the_grid_past_an_edge_until_it_brackets_the_best_rate():
+def test_tuned_arms_extend_each_grid_past_an_edge_until_it_brackets_the_best_rate():
     x = randn(200, 8, seed=2).float()
     y = (x[:, 0] > 0).long()
-    common = dict(arm="snn", seed=0, depth=3, width=8, steps=30, eval_every=30)
-    run = experiment.tuned_arm(x, y, x, y, learning_rates=(1e-3, 4e-3), extensions=4, **common)
-    rates = run.learning_rates
-    assert {1e-3, 4e-3} <= set(rates) and len(rates) > 2  # 30 updates: both rates too small
-    steps = [b / a for a, b in zip(rates[:-1], rates[1:], strict=True)]
-    assert steps == pytest.approx([4.0] * len(steps))
-    scores = run.validation_scores()
-    best = max(rates, key=lambda rate: (scores[rate], -rate))
-    assert rates[0] < best < rates[-1] or run.diverged()[-1]
-    # each extension is the run its rate would be alone
-    k = len(rates) - 1
-    alone = experiment.train_arm(x, y, x, y, learning_rates=(rates[k],), **common)
-    for ours, theirs in zip(
-        run.member(k).state_dict().values(), alone.member(0).state_dict().values(), strict=True
-    ):
-        assert torch.equal(ours, theirs)
+    common = dict(seed=0, depth=3, width=8, steps=30, eval_every=30)
+    runs = experiment.tuned_arms(
+        x,
+        y,
+        x,
+        y,
+        arms=("snn", "selu_alpha_one"),
+        learning_rates=(1e-3, 4e-3),
+        extensions=4,
+        **common,
+    )
+    for arm, run in runs.items():
+        rates = run.learning_rates
+        assert {1e-3, 4e-3} <= set(rates) and len(rates) > 2  # 30 updates: both rates too small
+        steps = [b / a for a, b in zip(rates[:-1], rates[1:], strict=True)]
+        assert steps == pytest.approx([4.0] * len(steps))
+        scores = run.validation_scores()
+        best = max(rates, key=lambda rate: (scores[rate], -rate))
+        assert rates[0] < best < rates[-1] or run.diverged()[-1]
+        # each extension is the run its rate would be alone
+        k = len(rates) - 1
+        alone = train_one(x, y, arm, (rates[k],), **common)
+        for ours, theirs in zip(
+            run.member(k).state_dict().values(),
+            alone.member(0).state_dict().values(),
+            strict=True,
+        ):
+            assert torch.allclose(ours, theirs, atol=1e-5)
     # a best rate inside the grid ends the search; a diverged top rate is never passed
-    inside = experiment.tuned_arm(x, y, x, y, learning_rates=(0.001, 0.1, 1e6), **common)
+    inside = experiment.tuned_arms(
+        x, y, x, y, arms=("snn",), learning_rates=(0.001, 0.1, 1e6), **common
+    )["snn"]
     assert inside.learning_rates == (0.001, 0.1, 1e6) and inside.diverged()[-1]
+    assert experiment.rate_beyond_the_edge(inside, 4.0) is None
     # the lowest rate best: the grid grows downwards
-    low = experiment.tuned_arm(x, y, x, y, learning_rates=(0.1, 1e6), extensions=1, **common)
+    low = experiment.tuned_arms(
+        x, y, x, y, arms=("snn",), learning_rates=(0.1, 1e6), extensions=1, **common
+    )["snn"]
     assert low.learning_rates == pytest.approx((0.025, 0.1, 1e6))
 
 
@@ -557,57 +604,37 @@ def test_extended_merges_runs_of_one_arm_in_ascending_rates():
     x = randn(100, 8, seed=2).float()
     y = (x[:, 0] > 0).long()
     common = dict(seed=0, depth=2, width=8, steps=10, eval_every=10)
-    a = experiment.train_arm(x, y, x, y, arm="snn", learning_rates=(0.1, 0.01), **common)
-    b = experiment.train_arm(x, y, x, y, arm="snn", learning_rates=(0.05,), **common)
+    a = train_one(x, y, "snn", (0.1, 0.01), **common)
+    b = train_one(x, y, "snn", (0.05,), **common)
     both = a.extended(b)
     assert both.learning_rates == (0.01, 0.05, 0.1)
     assert both.val_accuracy() == [a.val_accuracy()[0], b.val_accuracy()[0], a.val_accuracy()[1]]
     with pytest.raises(ValueError, match="same arm at other learning rates"):
         a.extended(a)
-    other = experiment.train_arm(x, y, x, y, arm="relu_he", learning_rates=(0.05,), **common)
+    other = train_one(x, y, "relu_he", (0.05,), **common)
     with pytest.raises(ValueError, match="same arm"):
         a.extended(other)
 
 
-def test_train_arm_rejects_mismatched_labels_and_no_rates():
+def test_train_arms_rejects_mismatched_labels_no_rates_and_no_arms():
     x = torch.zeros(10, 4)
+    y = torch.zeros(10, dtype=torch.long)
     with pytest.raises(ValueError, match="train_y must have shape"):
-        experiment.train_arm(
-            x,
-            torch.zeros(9, dtype=torch.long),
-            x,
-            torch.zeros(10),
-            arm="snn",
-            learning_rates=(0.1,),
-            seed=0,
-        )
+        experiment.train_arms(x, y[:9], x, y, grid={"snn": (0.1,)}, seed=0)
     with pytest.raises(ValueError, match="at least one rate"):
-        experiment.train_arm(
-            x,
-            torch.zeros(10, dtype=torch.long),
-            x,
-            torch.zeros(10),
-            arm="snn",
-            learning_rates=(),
-            seed=0,
-        )
+        experiment.train_arms(x, y, x, y, grid={"snn": ()}, seed=0)
+    with pytest.raises(ValueError, match="at least one arm"):
+        experiment.train_arms(x, y, x, y, grid={}, seed=0)
+    with pytest.raises(ValueError, match="arm must be one of"):
+        experiment.train_arms(x, y, x, y, grid={"gelu": (0.1,)}, seed=0)
 
 
 @pytest.mark.parametrize("arm", experiment.FIGURE_ONE_ARMS)
 def test_figure_one_curves_are_each_rates_own_run_on_the_summed_loss(arm):
     x = randn(100, 6, seed=4).float()
     y = (x[:, 1] > 0).long()
-    run = experiment.train_curves(
-        x,
-        y,
-        arm=arm,
-        learning_rates=(1e-3, 1e-2),
-        seed=5,
-        epochs=3,
-        depth=2,
-        width=8,
-        batch_size=16,
-    )
+    curve = dict(seed=5, epochs=3, depth=2, width=8, batch_size=16)
+    run = experiment.train_curves(x, y, arm=arm, learning_rates=(1e-3, 1e-2), **curve)
     assert run.losses.shape == (4, 2)  # before each of 3 epochs, and after the last
     for k, lr in enumerate(run.learning_rates):
         with training.seeded(5):

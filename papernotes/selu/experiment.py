@@ -103,7 +103,32 @@ def _random_layers(name: str, width: int, init_scale: float, seed: int):
     return f, next_weight
 
 
-def forward_statistics(
+def forward_statistics(name: str, **network) -> torch.Tensor:
+    r"""Mean and variance of the activations after each layer of a deep random network.
+
+    `network` (keywords, all optional): `n` inputs (256) from
+    $\mathcal N(0, \text{input\_variance})$ (1) of `width` (256) features pass through `depth`
+    (32) layers $x \mapsto f(W x)$, no biases, $W$ LeCun-normal times
+    $\sqrt{\text{init\_scale}}$ (1; so $\mathbb E[\tau]$ = `init_scale`), with `dropout`
+    ("none", "dropout", "alpha_dropout" or "zero_alpha_dropout", rate `p`, 0.1) after each
+    activation; everything random follows `seed` (0). `name` is one of `ACTIVATIONS` or
+    "torch_selu" (torch's SELU, a null's). Returns (depth, 2): per layer the mean and the
+    variance over all units and inputs. The weights do not depend on the inputs' variance or
+    the activation.
+    """
+    layers = _forward(name, **network)
+    return torch.stack([torch.stack([x.mean(), x.var()]) for x in layers])
+
+
+def last_layer(name: str, **network) -> torch.Tensor:
+    """The activations (n, width) after the last layer of the network
+    `forward_statistics(name, **network)` describes (the same weights and inputs for the same
+    arguments), without dropout: each column is one unit's values over the inputs."""
+    *_, x = _forward(name, **network, dropout="none")
+    return x
+
+
+def _forward(
     name: str,
     *,
     depth: int = 32,
@@ -114,39 +139,7 @@ def forward_statistics(
     p: float = 0.1,
     input_variance: float = 1.0,
     seed: int = 0,
-) -> torch.Tensor:
-    r"""Mean and variance of the activations after each layer of a deep random network.
-
-    `n` inputs from $\mathcal N(0, \text{input\_variance})$ of `width` features pass through
-    `depth` layers $x \mapsto f(W x)$, no biases, $W$ LeCun-normal times
-    $\sqrt{\text{init\_scale}}$ (so $\mathbb E[\tau]$ = `init_scale`), with `dropout`
-    ("dropout", "alpha_dropout" or "zero_alpha_dropout", rate `p`) after each activation.
-    `name` is one of `ACTIVATIONS` or "torch_selu" (torch's SELU, a null's). Returns (depth, 2):
-    per layer the mean and the variance over all units and inputs. Everything random follows
-    `seed`; the weights do not depend on the inputs' variance or the activation.
-    """
-    layers = _forward(name, depth, width, n, init_scale, dropout, p, input_variance, seed)
-    return torch.stack([torch.stack([x.mean(), x.var()]) for x in layers])
-
-
-def last_layer(
-    name: str,
-    *,
-    depth: int = 32,
-    width: int = 256,
-    n: int = 256,
-    init_scale: float = 1.0,
-    input_variance: float = 1.0,
-    seed: int = 0,
-) -> torch.Tensor:
-    """The activations (n, width) after the last of `depth` layers of the network
-    `forward_statistics` describes (the same weights and inputs for the same arguments), without
-    dropout: each column is one unit's values over the inputs."""
-    *_, x = _forward(name, depth, width, n, init_scale, "none", 0.1, input_variance, seed)
-    return x
-
-
-def _forward(name, depth, width, n, init_scale, dropout, p, input_variance, seed):
+) -> list[torch.Tensor]:
     """The activations after each layer of `forward_statistics`'s network, as a list."""
     depth, width, n = (
         checks.integer(k, v) for k, v in (("depth", depth), ("width", width), ("n", n))
@@ -576,105 +569,162 @@ def standardize(train_x: torch.Tensor, *others: torch.Tensor) -> list[torch.Tens
     return [(x - mean) / std for x in (train_x, *others)]
 
 
-class BatchNormStack(nn.Module):
-    """`members` copies of an `mlp` with the book's batch normalization, trained side by side
-    as one module: the networks `together.stack` cannot batch with matrix products (its general
-    path, torch.func's vmap, runs them two to three times slower here and warns on every update
-    that the batch norm's running averages fall back to a loop). Each member has its own
-    weights, starts from the model's and sees the same minibatches.
+class ArmStack(nn.Module):
+    """Networks of one layout trained side by side as one module: `mlp`s of any arms with the
+    same depth, width and batch normalization, each member with its own weights and its own
+    activation, so that the SNN and the nulls of one shape make one forward and one backward
+    per update. `together.stack` takes neither members with different activations nor the
+    book's batch normalization (its general path, torch.func's vmap, runs that two to three
+    times slower here and warns on every update that the running averages fall back to a
+    loop).
 
-    The members' linear layers are one batched matrix product (weights (members, out, in)),
-    their batch norms one `BatchNorm` over members x features (each member's statistics over its
-    own batch), and the activations act elementwise, so no member's output, gradient or
-    statistics depend on another's. `member(k)` gives member k back as a stand-alone copy of
-    the model."""
+    The members' linear layers are one batched matrix product, their batch norms one
+    `BatchNorm` over members x features (each member's statistics over its own batch), and each
+    run of members with the same activation applies it to its slice of the activations, so no
+    member's output, gradient or statistics depend on another's. `member(k)` gives member k
+    back as a stand-alone copy of its network. The weights are held as (members, in, out), as
+    `together.MLPStack` holds them (a stack of one runs `F.linear`, as its does), and with
+    batch normalization as (members, out, in), as `nn.Linear` does: the layouts of the stacks
+    each arm used to train in alone, so that beside other arms a member's every update is the
+    same to the bit as in a stack of its own arm's rates."""
 
-    def __init__(self, model: nn.Sequential, members: int):
+    def __init__(self, models: list[nn.Sequential]):
         super().__init__()
-        if not isinstance(model, nn.Sequential):
-            raise TypeError(f"model must be an nn.Sequential; got {type(model).__name__}")
-        self.members = checks.integer("members", members)
-        self.template = copy.deepcopy(model)
-        self.layers = nn.ModuleList()
+        if not isinstance(models, (list, tuple)) or not models:
+            raise ValueError("models must be a non-empty list of nn.Sequentials")
+        for k, model in enumerate(models):
+            if not isinstance(model, nn.Sequential):
+                raise TypeError(f"models[{k}] must be an nn.Sequential; got {type(model).__name__}")
+            if _layout(model) != _layout(models[0]):
+                raise ValueError(f"models[{k}] has another layout than models[0]")
+        self.members = len(models)
+        self.normalised = any(isinstance(m, batch_norm.BatchNorm) for m in models[0])
+        self.transposed = not self.normalised  # weights (members, in, out)
+        copies = {id(model): copy.deepcopy(model) for model in models}  # one a network
+        self.templates = [copies[id(model)] for model in models]  # plain, not submodules
         self.weights, self.biases = nn.ParameterList(), nn.ParameterList()
-        for module in model:
-            if isinstance(module, nn.Linear):
-                self.weights.append(nn.Parameter(_repeat(module.weight, members)))
-                self.biases.append(nn.Parameter(_repeat(module.bias, members)))
-                self.layers.append(nn.Identity())  # a placeholder: the linear layer's slot
-            elif isinstance(module, batch_norm.BatchNorm):
-                stacked = batch_norm.BatchNorm(members * module.num_features, module.eps)
-                stacked.momentum = module.momentum
-                with torch.no_grad():
-                    for name in ("gamma", "beta", "running_mean", "running_var"):
-                        getattr(stacked, name).copy_(getattr(module, name).repeat(members))
-                self.layers.append(stacked)
+        self.norms = nn.ModuleList()
+        # ("linear", index), ("norm", index) or ("activation", [(first, stop, module), ...])
+        self.layers: list[tuple[str, object]] = []
+        for position, first in enumerate(models[0]):
+            column = [model[position] for model in models]
+            if isinstance(first, nn.Linear):
+                self.layers.append(("linear", len(self.weights)))
+                self.weights.append(
+                    _stacked([m.weight.T if self.transposed else m.weight for m in column])
+                )
+                self.biases.append(_stacked([m.bias for m in column]))
+            elif isinstance(first, batch_norm.BatchNorm):
+                self.layers.append(("norm", len(self.norms)))
+                self.norms.append(_stacked_norm(column))
             else:
-                self.layers.append(copy.deepcopy(module))
+                self.layers.append(("activation", _runs_of_one_activation(column)))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """(B, D) inputs, the same for every member -> logits (members, B, classes)."""
         h = x.expand(self.members, *x.shape)
-        linear = 0
-        for layer in self.layers:
-            if isinstance(layer, nn.Identity):
-                w, b = self.weights[linear], self.biases[linear]
-                h = torch.baddbmm(b.unsqueeze(1), h, w.transpose(1, 2))
-                linear += 1
-            elif isinstance(layer, batch_norm.BatchNorm):
+        for kind, what in self.layers:
+            if kind == "linear":
+                h = self._linear(h, self.weights[what], self.biases[what])
+            elif kind == "norm":
                 k, n, features = h.shape
                 flat = h.transpose(0, 1).reshape(n, k * features)  # (B, members x features)
-                h = layer(flat).reshape(n, k, features).transpose(0, 1)
+                h = self.norms[what](flat).reshape(n, k, features).transpose(0, 1)
+            elif len(what) == 1:
+                h = what[0][2](h)
             else:
-                h = layer(h)
+                h = torch.cat([f(h[first:stop]) for first, stop, f in what])
         return h
+
+    def _linear(self, h: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        if not self.transposed:
+            return torch.baddbmm(b.unsqueeze(1), h, w.transpose(1, 2))
+        if self.members == 1:
+            return F.linear(h[0], w[0].T.contiguous(), b[0]).unsqueeze(0)
+        return torch.baddbmm(b.unsqueeze(1), h, w)
 
     def on_all(self, x: torch.Tensor) -> torch.Tensor:
         """The members on the same x (B, D): (members, B, classes), as `together`'s stacks."""
         return self(x)
 
     def member(self, k: int) -> nn.Sequential:
-        """Member `k` as a stand-alone copy of the model, in eval mode."""
+        """Member `k` as a stand-alone copy of its network, in eval mode."""
         k = checks.integer("k", k, 0)
         if k >= self.members:
             raise ValueError(f"k must be below the number of members, {self.members}; got {k}")
-        model = copy.deepcopy(self.template)
-        linear = 0
+        model = copy.deepcopy(self.templates[k])
         with torch.no_grad():
-            for module, layer in zip(model, self.layers, strict=True):
-                if isinstance(module, nn.Linear):
-                    module.weight.copy_(self.weights[linear][k])
-                    module.bias.copy_(self.biases[linear][k])
-                    linear += 1
-                elif isinstance(module, batch_norm.BatchNorm):
+            for module, (kind, i) in zip(model, self.layers, strict=True):
+                if kind == "linear":
+                    w = self.weights[i][k]
+                    module.weight.copy_(w.T if self.transposed else w)
+                    module.bias.copy_(self.biases[i][k])
+                elif kind == "norm":
                     rows = slice(k * module.num_features, (k + 1) * module.num_features)
                     for name in ("gamma", "beta", "running_mean", "running_var"):
-                        getattr(module, name).copy_(getattr(layer, name)[rows])
+                        getattr(module, name).copy_(getattr(self.norms[i], name)[rows])
         return model.eval()
 
 
-def _repeat(parameter: torch.Tensor, members: int) -> torch.Tensor:
-    return parameter.detach().unsqueeze(0).repeat(members, *[1] * parameter.dim())
+def _layout(model: nn.Sequential) -> list[tuple]:
+    """What members of one `ArmStack` share, layer by layer: the linear layers' shapes, the
+    batch norms' widths, and where the (parameter-free) activations sit."""
+    layout = []
+    for module in model:
+        if isinstance(module, nn.Linear):
+            layout.append(("linear", module.in_features, module.out_features))
+        elif isinstance(module, batch_norm.BatchNorm):
+            layout.append(("norm", module.num_features, module.eps, module.momentum))
+        elif next(module.parameters(), None) is None:
+            layout.append(("activation",))
+        else:
+            raise ValueError(f"an ArmStack's activations have no parameters; got {module!r}")
+    return layout
 
 
-def stack_of(model: nn.Sequential, members: int):
-    """`members` copies of `model` as one stacked model with `on_all(x)` and `member(k)`:
-    `together.stack` (batched matrix products) for networks of linear layers and elementwise
-    activations, `BatchNormStack` for those with batch normalization."""
-    if any(isinstance(m, batch_norm.BatchNorm) for m in model):
-        return BatchNormStack(model, members)
-    return together.stack([copy.deepcopy(model) for _ in range(members)])
+def _stacked(tensors: list[torch.Tensor]) -> nn.Parameter:
+    return nn.Parameter(torch.stack([t.detach() for t in tensors]))
+
+
+def _stacked_norm(norms: list[batch_norm.BatchNorm]) -> batch_norm.BatchNorm:
+    """One `BatchNorm` over the members' features side by side, each member's own values."""
+    stacked = batch_norm.BatchNorm(len(norms) * norms[0].num_features, norms[0].eps)
+    stacked.momentum = norms[0].momentum
+    with torch.no_grad():
+        for name in ("gamma", "beta", "running_mean", "running_var"):
+            getattr(stacked, name).copy_(torch.cat([getattr(m, name) for m in norms]))
+    return stacked
+
+
+def _runs_of_one_activation(column: list[nn.Module]) -> list[tuple[int, int, nn.Module]]:
+    """The members' activations at one layer as runs of consecutive members with the same
+    one: (first member, one past the last, the module)."""
+    runs: list[tuple[int, int, nn.Module]] = []
+    for k, module in enumerate(column):
+        if runs and repr(runs[-1][2]) == repr(module) and type(runs[-1][2]) is type(module):
+            runs[-1] = (runs[-1][0], k + 1, runs[-1][2])
+        else:
+            runs.append((k, k + 1, module))
+    return runs
 
 
 def train_members(
-    stack, rates: tuple[float, ...], losses_of_update, steps: int, *, evaluate, eval_every, desc
+    stack: ArmStack,
+    rates: list[float],
+    losses_of_update,
+    steps: int,
+    *,
+    evaluate,
+    eval_every,
+    desc,
 ) -> list[training.History]:
     """Plain SGD of every member of `stack` at its own rate through the book's loop: each
     member's History (`evaluate()` gives per-member values, (members,)), a member whose loss
-    stops being finite stopping alone. `together.train` with `together.SGD` for `together`'s
-    stacks; for a `BatchNormStack`, the members' losses weighted by their rates and stepped at
-    rate 1, which moves member k by -rate_k times its own gradient, as its own SGD would."""
-    if not isinstance(stack, BatchNormStack):
+    stops being finite stopping alone. `together.train` with `together.SGD` for a stack
+    without batch normalization (every parameter leads with the member axis); for one with
+    it, the members' losses weighted by their rates and stepped at rate 1, which moves member k
+    by -rate_k times its own gradient, as its own SGD would."""
+    if not stack.normalised:
         return together.train(
             stack,
             together.SGD(stack.parameters(), lr=list(rates)),
@@ -780,98 +830,119 @@ def _rates(learning_rates) -> tuple[float, ...]:
     return rates
 
 
-def train_arm(
+def train_arms(
     train_x: torch.Tensor,
     train_y: torch.Tensor,
     val_x: torch.Tensor,
     val_y: torch.Tensor,
     *,
-    arm: str,
-    learning_rates,
+    grid: dict,
     seed: int,
     depth: int = 32,
     width: int = 32,
     steps: int = 200,
     batch_size: int = 64,
     eval_every: int = 50,
-) -> ArmRun:
-    """Train `mlp(..., arm=arm)` with plain SGD (the paper's optimiser) on cross-entropy at
-    each of `learning_rates`, trained together as one stacked model (`stack_of`):
-    every member starts from the same initial weights (of `seed`; LSUV's rescaled on the
-    training inputs) and sees the same minibatches (stream BATCHES of `seed`), and makes
-    exactly the updates of its own run. A member whose loss stops being finite stops updating;
-    the others carry on."""
+) -> dict[str, ArmRun]:
+    """Train `mlp(..., arm=arm)` for each arm of `grid` (arm: its learning rates) with plain
+    SGD (the paper's optimiser) on cross-entropy at each of its rates, the networks of one
+    layout (with or without batch normalization, before or after the activation) together as
+    one `ArmStack`: every arm's members start from the same initial weights (of `seed`;
+    LSUV's rescaled on the training inputs), every member sees the same minibatches (stream
+    BATCHES of `seed`) and makes exactly the updates of its own run. A member whose loss stops
+    being finite stops updating; the others carry on. Each arm's `ArmRun`, by arm."""
     d = checks.tensor("train_x", train_x, "(N, D)", dtype="floating")
     checks.tensor("train_y", train_y, "(N,)", N=d["N"])
     checks.tensor("val_x", val_x, "(M, D)", D=d["D"], dtype="floating")
     checks.tensor("val_y", val_y, "(M,)", M=val_x.shape[0])
-    checks.one_of("arm", arm, tuple(ARMS))
-    rates = _rates(learning_rates)
-    with training.seeded(seed):
-        model = mlp(d["D"], int(train_y.max()) + 1, depth=depth, width=width, arm=arm)
-    if ARMS[arm][1] == "lsuv":
-        lsuv_start(model, train_x)
-    stack = stack_of(model, len(rates))
-    batches = minibatches(d["N"], batch_size, training.generator(seed, BATCHES))
+    if not isinstance(grid, dict) or not grid:
+        raise ValueError("grid must map at least one arm to its learning rates")
+    for arm in grid:
+        checks.one_of("arm", arm, tuple(ARMS))
+    rates_of = {arm: sorted(_rates(rates)) for arm, rates in grid.items()}
+    models = {}
+    for arm in grid:
+        with training.seeded(seed):
+            models[arm] = mlp(d["D"], int(train_y.max()) + 1, depth=depth, width=width, arm=arm)
+        if ARMS[arm][1] == "lsuv":
+            lsuv_start(models[arm], train_x)
+    runs = {}
+    for normalised in dict.fromkeys(ARMS[arm][2] for arm in grid):  # one stack a layout
+        members = [(arm, r) for arm in grid if ARMS[arm][2] == normalised for r in rates_of[arm]]
+        stack = ArmStack([models[arm] for arm, _ in members])
+        batches = minibatches(d["N"], batch_size, training.generator(seed, BATCHES))
 
-    def losses_of_update(_: int) -> torch.Tensor:
-        index = next(batches)
-        return together.cross_entropy(stack.on_all(train_x[index]), train_y[index])
+        def losses_of_update(_: int, stack=stack, batches=batches) -> torch.Tensor:
+            index = next(batches)
+            return together.cross_entropy(stack.on_all(train_x[index]), train_y[index])
 
-    histories = train_members(
-        stack,
-        rates,
-        losses_of_update,
-        steps,
-        evaluate=lambda: {"val_accuracy": together.accuracy(stack.on_all(val_x), val_y)},
-        eval_every=eval_every,
-        desc=ARM_NAMES[arm],
-    )
-    order = sorted(range(len(rates)), key=rates.__getitem__)
-    return ArmRun(
-        arm,
-        tuple(rates[k] for k in order),
-        [stack],
-        [(0, k) for k in order],
-        [histories[k] for k in order],
-    )
+        histories = train_members(
+            stack,
+            [rate for _, rate in members],
+            losses_of_update,
+            steps,
+            evaluate=lambda stack=stack: {
+                "val_accuracy": together.accuracy(stack.on_all(val_x), val_y)
+            },
+            eval_every=eval_every,
+            desc=", ".join(dict.fromkeys(ARM_NAMES[arm] for arm, _ in members)),
+        )
+        for arm in dict.fromkeys(arm for arm, _ in members):
+            slots = [k for k, (member_arm, _) in enumerate(members) if member_arm == arm]
+            runs[arm] = ArmRun(
+                arm,
+                tuple(rates_of[arm]),
+                [stack],
+                [(0, k) for k in slots],
+                [histories[k] for k in slots],
+            )
+    return {arm: runs[arm] for arm in grid}
 
 
-def tuned_arm(
+def rate_beyond_the_edge(run: ArmRun, factor: float) -> float | None:
+    """The rate to try next when `run`'s best validation accuracy sits at its grid's edge:
+    `factor` below its lowest rate or above its highest; None when the best rate lies inside,
+    or is the highest and the next one up would follow a rate whose loss stopped being finite
+    (a larger step only diverges sooner)."""
+    scores = run.validation_scores()
+    rates = run.learning_rates
+    best = max(rates, key=lambda rate: (scores[rate], -rate))
+    if best == rates[0]:
+        return rates[0] / factor
+    if best == rates[-1] and not run.diverged()[-1]:
+        return rates[-1] * factor
+    return None
+
+
+def tuned_arms(
     train_x: torch.Tensor,
     train_y: torch.Tensor,
     val_x: torch.Tensor,
     val_y: torch.Tensor,
     *,
-    arm: str,
+    arms,
     learning_rates,
     seed: int,
     factor: float = 4.0,
     extensions: int = 3,
     **settings,
-) -> ArmRun:
-    """`train_arm` on the common grid `learning_rates`, extended for this arm one rate at a time
-    (`factor` beyond its lowest or highest rate, at most `extensions` times) while its best
-    validation accuracy sits at the grid's edge: every arm's grid then brackets its best rate.
-    A rate beyond one at which the loss stopped being finite is never tried (a larger step only
-    diverges sooner), so a diverged top rate ends the search upwards."""
+) -> dict[str, ArmRun]:
+    """`train_arms` for each of `arms` on the common grid `learning_rates`, each arm's grid
+    then extended one rate at a time (`rate_beyond_the_edge`, at most `extensions` times)
+    while its best validation accuracy sits at the grid's edge: every arm's grid then brackets
+    its best rate. The arms that need a rate more in the same round train it together."""
     factor = checks.number("factor", factor, 1.0, low_open=True)
     extensions = checks.integer("extensions", extensions, 0)
     data = (train_x, train_y, val_x, val_y)
-    run = train_arm(*data, arm=arm, learning_rates=learning_rates, seed=seed, **settings)
+    runs = train_arms(*data, grid=dict.fromkeys(arms, learning_rates), seed=seed, **settings)
     for _ in range(extensions):
-        scores = run.validation_scores()
-        rates = run.learning_rates
-        best = max(rates, key=lambda rate: (scores[rate], -rate))
-        if best == rates[0]:
-            extra = rates[0] / factor
-        elif best == rates[-1] and not run.diverged()[-1]:
-            extra = rates[-1] * factor
-        else:
-            return run
-        more = train_arm(*data, arm=arm, learning_rates=(extra,), seed=seed, **settings)
-        run = run.extended(more)
-    return run
+        beyond = {arm: rate_beyond_the_edge(run, factor) for arm, run in runs.items()}
+        grid = {arm: (rate,) for arm, rate in beyond.items() if rate is not None}
+        if not grid:
+            break
+        for arm, more in train_arms(*data, grid=grid, seed=seed, **settings).items():
+            runs[arm] = runs[arm].extended(more)
+    return runs
 
 
 # -- the paper's Figure 1: training curves at one learning rate ------------------------------------
@@ -901,7 +972,7 @@ def training_set_loss(stack, x: torch.Tensor, y: torch.Tensor, batch_size: int) 
     was_training = stack.training
     stack.train()
     with torch.no_grad():
-        if isinstance(stack, BatchNormStack):
+        if stack.normalised:
             per_batch = [
                 together.cross_entropy(stack.on_all(x[i : i + batch_size]), y[i : i + batch_size])
                 for i in range(0, n, batch_size)
@@ -926,7 +997,7 @@ def train_curves(
     batch_size: int = 64,
 ) -> CurveRun:
     r"""The released Figure 1 run, for one of `FIGURE_ONE_ARMS` at each of `learning_rates`
-    (trained together, `stack_of`): plain SGD on the cross-entropy *summed* over each
+    (trained together, one `ArmStack`): plain SGD on the cross-entropy *summed* over each
     minibatch of `batch_size` (the released code's loss, so a rate is per example), `epochs`
     shuffled passes (stream BATCHES of `seed`) over the training set, and before every epoch
     and after the last the whole training set's loss (`training_set_loss`)."""
@@ -937,7 +1008,7 @@ def train_curves(
     epochs = checks.integer("epochs", epochs)
     with training.seeded(seed):
         model = mlp(d["D"], int(train_y.max()) + 1, depth=depth, width=width, arm=arm)
-    stack = stack_of(model, len(rates))
+    stack = ArmStack([model] * len(rates))
     batches = minibatches(d["N"], batch_size, training.generator(seed, BATCHES))
     per_epoch = d["N"] // batch_size
     losses = [training_set_loss(stack, train_x, train_y, batch_size)]
