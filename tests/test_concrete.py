@@ -363,7 +363,7 @@ def test_reinforce_surrogate_has_the_score_function_gradient(estimator):
         centred, scale = nll.item() - 0.5, 1.0
     expected = ((centred * (z - q) + logits.grad) / scale).detach().view(-1)
     assert torch.allclose(got, expected, atol=1e-6)
-    assert state.mean == pytest.approx(0.9 * 0.5 + 0.1 * nll.item())
+    assert state.mean.item() == pytest.approx(0.9 * 0.5 + 0.1 * nll.item())
 
 
 def test_softmax_null_decodes_the_noise_free_relaxation():
@@ -379,6 +379,83 @@ def test_softmax_null_decodes_the_noise_free_relaxation():
     expected_nll = model.reconstruction_nll(x, y)
     assert torch.allclose(nll, expected_nll.detach(), atol=1e-6)
     assert torch.allclose(loss, (expected_nll + model.kl_to_prior(logits)).mean(), atol=1e-6)
+
+
+def test_reinforce_without_normalisation_is_the_score_function_times_the_scale():
+    # normalise=False leaves out NVIL's division by max(1, sqrt v) and nothing else.
+    model = tiny_vae(1)
+    x = torch.tensor([[1.0, 0.0, 1.0, 1.0, 0.0]])
+    grads = []
+    for normalise in (True, False):
+        model.zero_grad()
+        state = experiment.ScoreFunctionState(mean=0.5, variance=9.0)
+        loss, nll = experiment.vae_loss(
+            model,
+            x,
+            estimator="reinforce",
+            temperature=1.0,
+            state=state,
+            generator=gen(23),
+            normalise=normalise,
+        )
+        loss.backward()
+        grads.append(model.encoder[2].bias.grad.clone())
+    centred = nll.item() - 0.5 - model.baseline(x).item()
+    scale = math.sqrt(0.9 * 9.0 + 0.1 * centred**2)
+    assert scale > 1.5
+    assert torch.allclose(grads[0] * scale, grads[1], atol=1e-6)
+
+
+def exact_encoder_gradient(model, x):
+    """The encoder's exact gradient of mean(E_q[-log p(x|z)] + KL), enumerating the codes."""
+    k = model.n_categories
+    configs = F.one_hot(torch.tensor(list(itertools.product(range(k), repeat=model.n_latents))), k)
+    logits = model.posterior_logits(x)
+    log_qz = (torch.log_softmax(logits, -1).unsqueeze(1) * configs).sum((-1, -2))  # (B, C)
+    with torch.no_grad():
+        nll = torch.stack(
+            [model.reconstruction_nll(x, z.float().expand(len(x), -1, -1)) for z in configs], 1
+        )
+    objective = (log_qz.exp() * nll).sum(1) + model.kl_to_prior(logits)
+    grads = torch.autograd.grad(objective.mean(), list(model.encoder.parameters()))
+    return torch.cat([g.flatten() for g in grads])
+
+
+@pytest.mark.parametrize("estimator", ["reinforce", "reinforce_moving_average"])
+def test_encoder_gradients_of_reinforce_are_unbiased_and_noisy(estimator):
+    # The score function, centred by a fixed c (and b(x)), averages to the exact gradient of the
+    # discrete objective; each draw differs from the next.
+    model = tiny_vae(3)
+    x = (torch.rand(4, 5, generator=gen(33)) > 0.5).float()
+    g = experiment.encoder_gradients(
+        model, x, estimator=estimator, temperature=0.5, draws=4000, generator=gen(34)
+    )
+    assert g.shape == (4000, sum(p.numel() for p in model.encoder.parameters()))
+    exact = exact_encoder_gradient(model, x)
+    se = g.std(0) / math.sqrt(len(g))
+    assert ((g.mean(0) - exact).abs() <= 4 * se + 1e-6).all()
+    assert (g.var(0).sum() > 1e-4) and exact.norm() > 10 * (4 * se).norm() / math.sqrt(len(se))
+
+
+def test_encoder_gradients_of_the_noise_free_softmax_do_not_vary_and_the_relaxed_ones_do():
+    model = tiny_vae(3)
+    x = (torch.rand(4, 5, generator=gen(35)) > 0.5).float()
+
+    def gradients(estimator):
+        return experiment.encoder_gradients(
+            model, x, estimator=estimator, temperature=0.5, draws=50, generator=gen(36)
+        )
+
+    assert torch.equal(gradients("softmax")[0], gradients("softmax")[-1])
+    relaxed = gradients("gumbel_softmax")
+    assert relaxed.var(0).sum() > 1e-6
+    # one draw's gradient is the surrogate's own: the first row, redrawn by hand
+    noise = gen(36)
+    loss, _ = experiment.vae_loss(
+        model, x, estimator="gumbel_softmax", temperature=0.5, generator=noise
+    )
+    first = torch.autograd.grad(loss, list(model.encoder.parameters()))
+    assert torch.allclose(relaxed[0], torch.cat([g.flatten() for g in first]), atol=1e-6)
 
 
 def test_sample_categorical_draws_the_softmax_probabilities():
@@ -471,6 +548,44 @@ def test_train_vae_follows_its_seed(estimator):
     assert final(0) != final(1)
 
 
+def test_a_stacked_vae_gives_each_member_its_own_loss_gradient_and_statistics():
+    members = [tiny_vae(4), tiny_vae(5)]
+    stack = experiment.StackedVAE(members)
+    x = (torch.rand(6, 5, generator=gen(37)) > 0.5).float()
+    losses, nll = experiment.vae_loss(stack, x, estimator="softmax", temperature=0.7)
+    assert losses.shape == (2,) and nll.shape == (2, 6)
+    losses.sum().backward()
+    for k, member in enumerate(members):
+        loss, own_nll = experiment.vae_loss(member, x, estimator="softmax", temperature=0.7)
+        loss.backward()
+        assert losses[k].item() == pytest.approx(loss.item(), abs=1e-5)
+        assert torch.allclose(nll[k], own_nll, atol=1e-5)
+        got = stack.prior_logits.grad[k, 0]
+        assert torch.allclose(got, member.prior_logits.grad, atol=1e-6)
+        plain = stack.member(k)
+        assert torch.equal(plain.encoder[0].weight, member.encoder[0].weight)
+        assert torch.equal(plain.prior_logits, member.prior_logits)
+    # REINFORCE keeps its running statistics per member, over that member's batch
+    state = experiment.ScoreFunctionState()
+    _, nll = experiment.vae_loss(
+        stack, x, estimator="reinforce", temperature=1.0, state=state, generator=gen(38)
+    )
+    assert state.mean.shape == (2, 1)
+    assert torch.allclose(state.mean[:, 0], nll.mean(-1))
+
+
+def test_runs_trained_together_match_the_runs_trained_apart():
+    # The noise-free softmax draws no noise, so each member of the stack follows the run at its
+    # rate alone, to float rounding.
+    x = (torch.rand(200, 8, generator=gen(39)) > 0.6).float()
+    options = dict(estimator="softmax", seed=3, steps=40, batch_size=20, eval_every=20)
+    together = experiment.train_vaes(x, x, rates=[1e-3, 1e-2], **options)
+    for lr, run in zip([1e-3, 1e-2], together, strict=True):
+        alone = experiment.train_vae(x, x, lr=lr, **options)
+        assert run.history["val_bound"] == pytest.approx(alone.history["val_bound"], rel=1e-4)
+    assert together[0].history.final("val_bound") != together[1].history.final("val_bound")
+
+
 def test_temperature_schedule_decays_to_its_floor():
     assert experiment.temperature_schedule(0, 1e-3) == 1.0
     assert experiment.temperature_schedule(100, 1e-3) == pytest.approx(math.exp(-0.1))
@@ -504,6 +619,12 @@ def test_temperature_schedule_decays_to_its_floor():
             ValueError,
         ),
         (lambda: experiment.negative_elbo(tiny_vae(), torch.zeros(2, 6)), ValueError),
+        (
+            lambda: experiment.encoder_gradients(
+                tiny_vae(), torch.zeros(2, 5), estimator="reinforce", temperature=1.0, draws=1
+            ),
+            ValueError,
+        ),
         (lambda: experiment.negative_bound(tiny_vae(), torch.zeros(2, 6)), ValueError),
         (
             lambda: experiment.independent_pixels_nll(torch.zeros(3, 5), torch.zeros(2, 4)),
@@ -531,6 +652,7 @@ def test_temperature_schedule_decays_to_its_floor():
         "vae-categories",
         "vae_loss-estimator",
         "negative_elbo-shape",
+        "encoder_gradients-draws",
         "negative_bound-shape",
         "no_latent-shape",
         "ablated_density-shape",

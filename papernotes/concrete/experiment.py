@@ -10,16 +10,18 @@ that a patched mechanism (tests/mutants/concrete.py) reaches every experiment.
 
 from __future__ import annotations
 
+import copy
 import math
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from papernotes import checks, concrete
+from papernotes import checks, concrete, together
 from papernotes.data import minibatches
-from papernotes.training import Run, generator, mlp, seeded, train
+from papernotes.training import Run, generator, mlp, seeded
 
 # The random streams of a VAE run, each drawn from generator(seed, stream).
 BATCHES, NOISE, EVALUATION = 1, 2, 3
@@ -299,12 +301,14 @@ class CategoricalVAE(nn.Module):
 
     def posterior_logits(self, x: torch.Tensor) -> torch.Tensor:
         """Logits of q(z|x), shape (B, n_latents, n_categories)."""
-        return self.encoder(x).view(-1, self.n_latents, self.n_categories)
+        return self.encoder(x).unflatten(-1, (self.n_latents, self.n_categories))
 
     def reconstruction_nll(self, x: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
         """-log p(x|z) in nats per example, shape (B,); z is (B, n_latents, n_categories)."""
-        logits = self.decoder(z.flatten(1))
-        return F.binary_cross_entropy_with_logits(logits, x, reduction="none").sum(-1)
+        logits = self.decoder(z.flatten(-2))
+        return F.binary_cross_entropy_with_logits(
+            logits, x.expand_as(logits), reduction="none"
+        ).sum(-1)
 
     def kl_to_prior(self, logits: torch.Tensor) -> torch.Tensor:
         """KL(q(z|x) || p(z)), summed over variables: (B,).
@@ -316,6 +320,45 @@ class CategoricalVAE(nn.Module):
         log_q = torch.log_softmax(logits, dim=-1)
         log_p = torch.log_softmax(self.prior_logits, dim=-1)
         return (log_q.exp() * (log_q - log_p)).sum((-1, -2))
+
+
+class _OnAll(nn.Module):
+    """A stack of K networks that gives every member the same input: (B, D) -> (K, B, C)."""
+
+    def __init__(self, stack: together.MLPStack):
+        super().__init__()
+        self.stack = stack
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.stack.on_all(x)
+
+
+class StackedVAE(CategoricalVAE):
+    """K CategoricalVAEs of one shape as one model (papernotes.together): every parameter leads
+    with the member axis, the prior's as (K, 1, n_latents, n_categories), and the methods take
+    one batch x (B, D) for all and give each member's values, (K, B, ...), so that `vae_loss`
+    trains K runs at once. `member(k)` is member k as a plain CategoricalVAE."""
+
+    def __init__(self, members: Sequence[CategoricalVAE]):
+        nn.Module.__init__(self)
+        first = members[0]
+        self.members = len(members)
+        self.n_latents, self.n_categories = first.n_latents, first.n_categories
+        self.encoder = _OnAll(together.stack([m.encoder for m in members]))
+        self.decoder = together.stack([m.decoder for m in members])
+        self.baseline = _OnAll(together.stack([m.baseline for m in members]))
+        priors = [m.prior_logits.detach() for m in members]
+        self.prior_logits = nn.Parameter(torch.stack(priors).unsqueeze(1))
+        self._plain = [copy.deepcopy(first)]  # in a list: the skeleton is no submodule
+
+    def member(self, k: int) -> CategoricalVAE:
+        plain = copy.deepcopy(self._plain[0])
+        plain.encoder = self.encoder.stack.member(k)
+        plain.decoder = self.decoder.member(k)
+        plain.baseline = self.baseline.stack.member(k)
+        with torch.no_grad():
+            plain.prior_logits.copy_(self.prior_logits[k, 0])
+        return plain.eval()
 
 
 def sample_categorical(logits: torch.Tensor, generator: torch.Generator | None = None):
@@ -340,14 +383,16 @@ ESTIMATORS = (
 @dataclass
 class ScoreFunctionState:
     """REINFORCE's running statistics (NVIL): the mean c of the learning signal and the variance
-    v of the centred signal, as exponential moving averages; None before the first batch."""
+    v of the centred signal, as exponential moving averages over batches (tensors (1,), or
+    (K, 1) for a StackedVAE); None before the first batch."""
 
     decay: float = 0.9
-    mean: float | None = None
-    variance: float | None = None
+    mean: float | torch.Tensor | None = None
+    variance: float | torch.Tensor | None = None
 
     def update(self, signal: torch.Tensor, centred: torch.Tensor) -> None:
-        m, v = signal.mean().item(), centred.pow(2).mean().item()
+        # over the batch (the last axis), one statistic a member of a stack
+        m, v = signal.mean(-1, keepdim=True), centred.pow(2).mean(-1, keepdim=True)
         if self.mean is None:
             self.mean, self.variance = m, v
         else:
@@ -363,8 +408,10 @@ def vae_loss(
     temperature: float,
     state: ScoreFunctionState | None = None,
     generator: torch.Generator | None = None,
+    normalise: bool = True,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """A surrogate loss whose gradient is the estimator's, and -log p(x|z) per example.
+    """A surrogate loss whose gradient is the estimator's (its mean over the batch: a scalar, or
+    one a member (K,) for a StackedVAE), and -log p(x|z) per example.
 
     - "gumbel_softmax": decode the relaxed sample y; gradients flow through y.
     - "straight_through": decode the one-hot z; gradients flow through y.
@@ -375,7 +422,8 @@ def vae_loss(
     - "reinforce_moving_average": the same without b(x) and without the normalisation (a null).
     - "softmax": decode softmax(logits / tau), the relaxation without its Gumbel noise (a null:
       a differentiable bottleneck at the same temperature, written here, not the mechanism's).
-    The KL term is analytic in every case.
+    The KL term is analytic in every case. `normalise=False` leaves out REINFORCE's division by
+    max(1, sqrt v): the score-function estimate itself, as `encoder_gradients` measures it.
     """
     checks.one_of("estimator", estimator, ESTIMATORS)
     logits = model.posterior_logits(x)
@@ -386,12 +434,12 @@ def vae_loss(
         nll = model.reconstruction_nll(x, z)
         signal = nll.detach()
         log_q = (torch.log_softmax(logits, dim=-1) * z).sum((-1, -2))
-        c = signal.mean().item() if state.mean is None else state.mean
+        c = signal.mean(-1, keepdim=True) if state.mean is None else state.mean
         if estimator == "reinforce":
             b = model.baseline(x).squeeze(-1)
             centred = signal - c - b.detach()
             state.update(signal, centred)
-            scale = max(1.0, math.sqrt(state.variance))
+            scale = state.variance.sqrt().clamp_min(1.0) if normalise else 1.0
             # (l - c - b(x)) / max(1, sqrt v) * grad log q(z|x), and b(x) fitted to l - c
             encoder = (centred * log_q + kl) / scale
             surrogate = nll + encoder + (signal - c - b) ** 2
@@ -406,10 +454,58 @@ def vae_loss(
         surrogate = nll + kl
     else:
         hard = estimator == "straight_through"
-        y = concrete.relax(logits, temperature, hard=hard, generator=generator)
+        # (K, B, L, C) of a stack as (K B, L, C): the mechanism sees one VAE's shape
+        y = concrete.relax(logits.flatten(0, -3), temperature, hard=hard, generator=generator)
+        y = y.view_as(logits)
         nll = model.reconstruction_nll(x, y)
         surrogate = nll + kl
-    return surrogate.mean(), nll.detach()
+    return surrogate.mean(-1), nll.detach()
+
+
+def encoder_gradients(
+    model: CategoricalVAE,
+    x: torch.Tensor,
+    *,
+    estimator: str,
+    temperature: float,
+    draws: int,
+    generator: torch.Generator | None = None,
+) -> torch.Tensor:
+    """The encoder's gradient (draws, P) of one estimator at a fixed model and batch x, once per
+    independent draw of its noise: its spread over the draws is the estimator's variance.
+
+    REINFORCE's estimate is the score function centred by a fixed c (the mean learning signal
+    of `draws` draws made first) and, for "reinforce", the model's b(x), without NVIL's division
+    by max(1, sqrt v): at a fixed model that is one constant, which Adam undoes, and it would
+    scale the variance it divides.
+    """
+    checks.one_of("estimator", estimator, ESTIMATORS)
+    checks.tensor("x", x, "(B, D)", D=model.decoder[-1].out_features)
+    draws = checks.integer("draws", draws, 2)
+    state = None
+    if estimator.startswith("reinforce"):
+        with torch.no_grad():
+            signal = [
+                model.reconstruction_nll(
+                    x, sample_categorical(model.posterior_logits(x), generator)
+                )
+                for _ in range(draws)
+            ]
+        state = ScoreFunctionState(mean=torch.cat(signal).mean().item(), variance=1.0)
+    parameters = list(model.encoder.parameters())
+    gradients = []
+    for _ in range(draws):
+        loss, _ = vae_loss(
+            model,
+            x,
+            estimator=estimator,
+            temperature=temperature,
+            state=None if state is None else replace(state),
+            generator=generator,
+            normalise=False,
+        )
+        gradients.append(torch.cat([g.flatten() for g in torch.autograd.grad(loss, parameters)]))
+    return torch.stack(gradients)
 
 
 def negative_bound(
@@ -489,52 +585,76 @@ def train_vae(
     *,
     estimator: str,
     seed: int,
+    lr: float = 1e-3,
+    **options,
+) -> VAERun:
+    """One run of `train_vaes`, at the learning rate `lr`."""
+    return train_vaes(train_x, val_x, estimator=estimator, seed=seed, rates=[lr], **options)[0]
+
+
+def train_vaes(
+    train_x: torch.Tensor,
+    val_x: torch.Tensor,
+    *,
+    estimator: str,
+    seed: int,
+    rates: Sequence[float],
     steps: int = 2000,
     batch_size: int = 100,
-    lr: float = 1e-3,
     anneal_rate: float = 3e-4,
     eval_every: int = 250,
     eval_samples: int = 10,
-) -> VAERun:
-    """Train a CategoricalVAE with one estimator (`ESTIMATORS`); its validation bound
-    (`negative_bound` with `eval_samples` draws) is logged every `eval_every` updates.
+) -> list[VAERun]:
+    """Train a CategoricalVAE with one estimator (`ESTIMATORS`) at each learning rate of
+    `rates`, the runs together as one StackedVAE; each run's validation bound (`negative_bound`
+    with `eval_samples` draws) is logged every `eval_every` updates.
 
-    `seed` fixes every random choice: the initial weights, the batches, the estimator's noise
-    and the evaluation's noise, each from its own stream.
+    `seed` fixes every random choice: the initial weights (the same for every rate, as separate
+    runs of one seed would have), the batches (one order for all), the estimator's noise (one
+    draw for all the runs a step, a row each) and the evaluation's noise, each from its own
+    stream.
     """
     checks.one_of("estimator", estimator, ESTIMATORS)
     n_pixels = checks.tensor("train_x", train_x, "(N, D)", dtype="floating")["D"]
     checks.tensor("val_x", val_x, "(M, D)", D=n_pixels, dtype="floating")
     checks.integer("seed", seed, 0)
-    checks.number("lr", lr, 0.0, low_open=True)
+    rates = [checks.number("rates", lr, 0.0, low_open=True) for lr in rates]
+    if not rates:
+        raise ValueError("rates must hold at least one learning rate; got none")
     checks.number("anneal_rate", anneal_rate, 0.0)
     with seeded(seed):
         model = CategoricalVAE(n_pixels=n_pixels)
-    optimizer = torch.optim.Adam(model.parameters(), lr=lr, foreach=True)
+    stack = StackedVAE([copy.deepcopy(model) for _ in rates])
+    optimizer = together.Adam(stack.parameters(), lr=rates)
     batches = minibatches(len(train_x), batch_size, generator(seed, stream=BATCHES))
     noise = generator(seed, stream=NOISE)
     state = ScoreFunctionState()
 
-    def loss_of_update(i: int) -> torch.Tensor:
-        loss, _ = vae_loss(
-            model,
+    def losses_of_update(i: int) -> torch.Tensor:  # (K,): each run's own mean loss
+        losses, _ = vae_loss(
+            stack,
             train_x[next(batches)],
             estimator=estimator,
             temperature=temperature_schedule(i, anneal_rate),
             state=state,
             generator=noise,
         )
-        return loss
+        return losses
 
-    history = train(
-        model,
+    def evaluate() -> dict[str, list[float]]:
+        bounds = [
+            negative_bound(stack.member(k), val_x, samples=eval_samples, seed=seed)
+            for k in range(len(rates))
+        ]
+        return {"val_bound": [bound.mean().item() for bound in bounds]}
+
+    histories = together.train(
+        stack,
         optimizer,
-        loss_of_update,
+        losses_of_update,
         steps,
-        evaluate=lambda: {
-            "val_bound": negative_bound(model, val_x, samples=eval_samples, seed=seed).mean().item()
-        },
+        evaluate=evaluate,
         eval_every=eval_every,
         desc=estimator,
     )
-    return VAERun(model, history)
+    return [VAERun(stack.member(k), history) for k, history in enumerate(histories)]
