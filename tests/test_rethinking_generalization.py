@@ -639,3 +639,136 @@ def test_the_rest_of_a_distinct_subset_is_every_other_distinct_image():
     assert len(torch.unique(both, dim=0)) == 5
     for image, label in zip(rest_x, rest_y, strict=True):
         assert label == y[(x == image).all(1)][0]
+
+
+# -- the decaying rate, sparse measurements, test curves, and the nulls' stack (issue 56) ---------
+
+
+def test_lr_drops_cut_the_rate_to_a_tenth_at_each_fraction_and_change_the_run():
+    train_x, train_y, test_x, test_y = small_digits()
+    data = rg.RandomizedDigits(train_x, train_y, test_x, test_y, corruption=1.0, num_classes=4)
+    settings = {"seed": 0, "epochs": 10, "batch_size": 10, "hidden": 16, "lr": 3e-3}
+    seen = []
+    adam_step = experiment.together.Adam.step
+
+    def spy(self, *args, **kwargs):
+        seen.append(float(self.param_groups[0]["lr"]))
+        return adam_step(self, *args, **kwargs)
+
+    experiment.together.Adam.step = spy
+    try:
+        decayed = experiment.randomization_test(data, lr_drops=(0.5, 0.8), **settings)
+    finally:
+        experiment.together.Adam.step = adam_step
+    assert seen == pytest.approx([3e-3] * 30 + [3e-4] * 18 + [3e-5] * 12)  # 60 updates
+    fixed = experiment.randomization_test(data, **settings)
+    assert decayed.history["loss"][:5] == fixed.history["loss"][:5]  # the same until the drop
+    assert decayed.history["loss"][-1] != fixed.history["loss"][-1]
+    for bad in [(0.8, 0.5), (0.0,), (1.0,), (0.5, 0.5)]:
+        with pytest.raises(ValueError, match="lr_drops"):
+            experiment.randomization_test(data, lr_drops=bad, **settings)
+
+
+def test_measure_every_and_test_curves_measure_less_and_the_same():
+    train_x, train_y, test_x, test_y = small_digits()
+    data = rg.RandomizedDigits(train_x, train_y, test_x, test_y, corruption=1.0, num_classes=4)
+    settings = {"seed": 0, "epochs": 12, "batch_size": 10, "hidden": 16, "lr": 3e-3}
+    every = experiment.randomization_test(data, **settings)
+    sparse = experiment.randomization_test(data, measure_every=5, **settings)
+    assert sparse.epochs == [5, 10, 12]
+    assert sparse.history["train_accuracy"] == [
+        every.history["train_accuracy"][e - 1] for e in (5, 10, 12)
+    ]
+    conditions = {
+        "traced": experiment.Condition(data),
+        "grid": experiment.Condition(data, weight_decay=0.1),
+    }
+    both = experiment.randomization_tests(conditions, **settings)
+    one = experiment.randomization_tests(conditions, test_curves=["traced"], **settings)
+    assert one["traced"].history["test_accuracy"] == pytest.approx(
+        both["traced"].history["test_accuracy"]
+    )
+    assert all(math.isnan(v) for v in one["grid"].history["test_accuracy"][:-1])
+    assert one["grid"].test_accuracy == pytest.approx(both["grid"].test_accuracy)
+    assert one["grid"].history["train_accuracy"] == both["grid"].history["train_accuracy"]
+    with pytest.raises(ValueError, match="test_curves"):
+        experiment.randomization_tests(conditions, test_curves=["neither"], **settings)
+
+
+def test_zero_padding_leaves_a_linear_classifier_the_same_function_of_the_images():
+    train_x, train_y, test_x, test_y = small_digits(d=16)
+    data = experiment.FixedSet(train_x, train_y, test_x, test_y, num_classes=4)
+    padded = experiment.zero_padded(data, 24)
+    assert padded.train_x.shape == (60, 24) and padded.test_x.shape == (30, 24)
+    assert torch.equal(padded.train_x[:, :16], train_x) and not padded.train_x[:, 16:].any()
+    run = experiment.randomization_tests(
+        {"p": experiment.Condition(padded)}, seed=0, epochs=5, batch_size=10, hidden=8, depth=0
+    )["p"]
+    with pn.seeded(0):
+        initial = experiment.network(24, 4, hidden=8, depth=0)[0].weight
+    weight, bias = run.model[0].weight, run.model[0].bias
+    assert torch.equal(weight[:, 16:], initial[:, 16:])  # no gradient on the zero columns
+    assert not torch.equal(weight[:, :16], initial[:, :16])
+    with torch.no_grad():  # a linear classifier of the images alone
+        expected = torch.nn.functional.linear(train_x, weight[:, :16], bias)
+        assert torch.allclose(run.model(padded.train_x), expected, atol=1e-6)
+    with pytest.raises(ValueError, match="width"):
+        experiment.zero_padded(data, 8)
+
+
+def test_gradient_descent_from_zero_ends_at_the_pseudo_inverse_solution():
+    x = torch.rand(12, 3, generator=gen(3), dtype=torch.float64)
+    K = rg.gaussian_kernel(x, x, 2.0)
+    Y = torch.nn.functional.one_hot(torch.arange(12) % 3, 3).double()
+    eigenvalues = torch.linalg.eigvalsh(K)
+    rate = 1 - (eigenvalues[0] / eigenvalues[-1]).item()
+    steps = math.ceil(math.log(1e-10) / math.log(rate))
+    alpha = rg.gradient_descent_interpolation(K, Y, steps, 1 / eigenvalues[-1].item())
+    best = torch.linalg.pinv(K) @ Y
+    assert rg.rkhs_norm(K, alpha - best) <= 1e-8 * rg.rkhs_norm(K, best)
+    few = rg.gradient_descent_interpolation(K, Y, 3, 1 / eigenvalues[-1].item())
+    assert rg.rkhs_norm(K, few - best) > 0.1 * rg.rkhs_norm(K, best)  # it is a descent, not a solve
+    assert torch.equal(rg.gradient_descent_interpolation(K, Y, 0, 0.1), torch.zeros_like(Y))
+    for bad in [{"steps": -1}, {"lr": 0.0}]:
+        with pytest.raises(ValueError):
+            rg.gradient_descent_interpolation(K, Y, **({"steps": 5, "lr": 0.1} | bad))
+
+
+def test_a_warm_started_descent_fits_too_but_ends_away_from_the_minimum_norm():
+    x = torch.rand(10, 3, generator=gen(4), dtype=torch.float64)
+    z = torch.rand(8, 3, generator=gen(5), dtype=torch.float64)
+    Y = torch.nn.functional.one_hot(torch.arange(10) % 2, 2).double()
+    Yz = torch.nn.functional.one_hot(torch.arange(8) % 2, 2).double()
+    K = rg.gaussian_kernel(x, x, 1.0)
+    eigenvalues = torch.linalg.eigvalsh(K)
+    eta = 1 / eigenvalues[-1].item()
+    steps = math.ceil(math.log(1e-10) / math.log(1 - (eigenvalues[0] / eigenvalues[-1]).item()))
+    distance = experiment.warm_started_distance(x, Y, z, Yz, 1.0, steps, eta)
+    # by hand: f_T - f* is f_0 less its projection on the span of k(x_i, .)
+    gram = lambda a, b: rg.gaussian_kernel(a, b, 1.0)  # noqa: E731
+    beta = torch.linalg.solve(gram(z, z), Yz)
+    projection = torch.linalg.solve(K, gram(x, z) @ beta)
+    outside = (beta * (gram(z, z) @ beta)).sum() - (projection * (K @ projection)).sum()
+    best = torch.linalg.solve(K, Y)
+    assert distance == pytest.approx(
+        (outside.sqrt() / (best * (K @ best)).sum().sqrt()).item(), rel=1e-5
+    )
+    assert distance > 0.01
+    # started from zero (no start points' weight), the same code ends at the minimum norm
+    alpha = experiment.descent_from_elsewhere(K, Y, torch.zeros_like(Y), steps, eta)
+    assert rg.rkhs_norm(K, alpha - best) <= 1e-8 * rg.rkhs_norm(K, best)
+
+
+def test_masked_training_fit_turns_the_masks_on_and_leaves_the_model_in_eval_mode():
+    train_x, train_y, test_x, test_y = small_digits()
+    data = rg.RandomizedDigits(train_x, train_y, test_x, test_y, corruption=1.0, num_classes=4)
+    settings = {"seed": 0, "epochs": 20, "batch_size": 10, "hidden": 32, "lr": 3e-3}
+    dropped = experiment.randomization_test(data, dropout=0.5, **settings)
+    fit = experiment.masked_training_fit(dropped, seed=1)
+    assert not dropped.model.training
+    assert fit["accuracy, masks off"] == pytest.approx(dropped.train_accuracy)
+    assert fit["cross-entropy, masks on"] > fit["cross-entropy, masks off"]
+    assert fit == experiment.masked_training_fit(dropped, seed=1)  # the seed's masks
+    plain = experiment.randomization_test(data, **settings)  # rate 0: masks change nothing
+    same = experiment.masked_training_fit(plain, seed=1)
+    assert same["cross-entropy, masks on"] == pytest.approx(same["cross-entropy, masks off"])

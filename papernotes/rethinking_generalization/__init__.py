@@ -337,6 +337,30 @@ def interpolate(K: torch.Tensor, Y: torch.Tensor) -> torch.Tensor:
     return torch.linalg.solve(K, Y)
 
 
+def gradient_descent_interpolation(
+    K: torch.Tensor, Y: torch.Tensor, steps: int, lr: float
+) -> torch.Tensor:
+    """The coefficients alpha (N, C) of f after `steps` steps of gradient descent on the squared
+    loss (1/2) sum_i ||f(x_i) - y_i||^2 from f = 0, f = sum_i alpha_i k(x_i, .) in the RKHS (the
+    paper's SGD on a linear model from w = 0, w = sum_i alpha_i phi(x_i) in the kernel's feature
+    space). From zero, f never leaves the span of the k(x_i, .), so where it fits the labels it
+    is the minimum-norm interpolant."""
+    N = checks.tensor("K", K, "(N, N)", dtype="floating")["N"]
+    checks.tensor("Y", Y, "(N, C)", N=N, dtype="floating")
+    steps = checks.integer("steps", steps, 0)
+    lr = checks.number("lr", lr, 0.0, low_open=True)
+    return descend(K.double(), Y.double(), steps, lr)
+
+
+def descend(K, Y, steps, lr) -> torch.Tensor:
+    """The unchecked core of `gradient_descent_interpolation`."""
+    alpha = torch.zeros_like(Y)  # f_0 = 0 (w_0 = 0)
+    for _ in range(steps):
+        # f <- f - eta sum_i (f(x_i) - y_i) k(x_i, .), i.e. alpha <- alpha - eta (K alpha - Y)
+        alpha = alpha - lr * (K @ alpha - Y)
+    return alpha
+
+
 def rkhs_norm(K: torch.Tensor, alpha: torch.Tensor) -> float:
     """The RKHS norm of f_c = sum_i alpha_ic k(x_i, .), over the C outputs together."""
     # ||f||^2 = sum_c alpha_c^T K alpha_c

@@ -11,10 +11,12 @@ reaches the chapter.
 from __future__ import annotations
 
 import copy
+from collections.abc import Collection
 from dataclasses import dataclass, field
 
 import torch
 from torch import nn
+from torch.nn import functional as F
 
 from papernotes import checks, rethinking_generalization, together, training
 
@@ -175,6 +177,21 @@ def untrained_features(data: FixedSet, *, seed: int, hidden: int, depth: int = 2
     return FixedSet(train_h, data.train_y, test_h, data.test_y, data.num_classes)
 
 
+def zero_padded(data: FixedSet, width: int) -> FixedSet:
+    """The same data with zero columns appended to its images up to `width`: a linear
+    classifier on them is one on the images (the zero columns' weights get no gradient and add
+    nothing), and can train in one stack with linear classifiers on `width` features."""
+    d = checks.tensor("data.train_x", data.train_x, "(N, D)", dtype="floating")["D"]
+    width = checks.integer("width", width, d)
+
+    def pad(x):
+        return torch.cat([x, x.new_zeros(len(x), width - d)], dim=1)
+
+    return FixedSet(
+        pad(data.train_x), data.train_y, pad(data.test_x), data.test_y, data.num_classes
+    )
+
+
 @dataclass(frozen=True)
 class Condition:
     """One randomization test: its data and its explicit regulariser (none by default):
@@ -221,6 +238,9 @@ def randomization_tests(
     depth: int = 2,
     val: tuple[torch.Tensor, torch.Tensor] | None = None,
     val_epochs: int | None = None,
+    lr_drops: tuple[float, ...] = (),
+    measure_every: int = 1,
+    test_curves: Collection[str] | None = None,
 ) -> dict[str, Run]:
     """Train one ReLU network (`depth` hidden layers of `hidden` units, no normalisation) per
     condition with Adam for exactly `epochs` epochs, measuring after every epoch; record the
@@ -235,7 +255,13 @@ def randomization_tests(
     logged, and with `val` (images, labels), after each of the last `val_epochs` epochs (None:
     every epoch), its validation accuracy and cross-entropy (the window the regularisers are
     scored on need not cost more); each Run's model is its network as a plain MLP (with a
-    Dropout layer, of rate 0 where the condition has none).
+    Dropout layer, of rate 0 where the condition has none). `lr_drops` are fractions of the
+    schedule (in (0, 1), increasing) at each of which the rate falls to a tenth (a step decay,
+    as the paper's SGD decays its rate; none: a fixed rate). `measure_every` > 1 measures after
+    every that many epochs (and the last) instead of every epoch, so the first epoch at 100% is
+    known to that many epochs. `test_curves` names the conditions whose test accuracy is
+    measured at every measurement (None: all); the others' only at the end of the schedule (NaN
+    before), which is all the tuning grids need and saves most of the evaluation's cost.
     """
     if not conditions:
         raise ValueError("conditions must name at least one condition")
@@ -253,9 +279,19 @@ def randomization_tests(
     batch_size = checks.integer("batch_size", batch_size)
     hidden = checks.integer("hidden", hidden)
     depth = checks.integer("depth", depth, 0)
+    measure_every = checks.integer("measure_every", measure_every)
+    if test_curves is not None and not set(test_curves) <= set(conditions):
+        raise ValueError(
+            f"test_curves names unknown conditions: {set(test_curves) - set(conditions)}"
+        )
     val_epochs = epochs if val_epochs is None else checks.integer("val_epochs", val_epochs)
     if val_epochs > epochs:
         raise ValueError(f"val_epochs must be at most the {epochs} epochs; got {val_epochs}")
+    drops = [
+        checks.number("lr_drops[]", f, 0.0, 1.0, low_open=True, high_open=True) for f in lr_drops
+    ]
+    if drops != sorted(set(drops)):
+        raise ValueError(f"lr_drops must be increasing fractions of the schedule; got {lr_drops}")
     names, chosen = list(conditions), list(conditions.values())
     first = chosen[0].data
     n, d = first.train_x.shape
@@ -280,17 +316,25 @@ def randomization_tests(
     test_y = torch.stack([c.data.test_y for c in chosen])
     rows = torch.arange(len(chosen)).unsqueeze(1)  # network g reads its own set's rows
     validations = [training.History() for _ in chosen]
+    traced = torch.tensor(
+        [g for g, name in enumerate(names) if test_curves is None or name in test_curves],
+        dtype=torch.int64,
+    )
     current = {}  # the epoch and its training sets (G, N, D) and labels (G, N)
 
     def losses_of_update(i: int) -> torch.Tensor:
+        if drops:  # lr_i = lr * 0.1^(the drops update i has passed)
+            passed = sum(i >= round(f * epochs * updates_per_epoch) for f in drops)
+            for group in optimizer.param_groups:
+                group["lr"] = lr * 0.1**passed
         if i % updates_per_epoch == 0:  # each set as drawn at construction, every epoch
             xs, ys = zip(*(c.data.epoch() for c in chosen), strict=True)
             current.update(epoch=i // updates_per_epoch + 1, x=torch.stack(xs), y=torch.stack(ys))
         x, y = current["x"], current["y"]
         index = next(batches)  # (G, B)
         losses = together.cross_entropy(stack(x[rows, index]), y[rows, index])
-        # + (lambda_g / 2) ||theta_g||^2 for each network g
-        for p in stack.parameters():
+        # + (lambda_g / 2) ||theta_g||^2 for each network g (nothing to add where every lambda is 0)
+        for p in stack.parameters() if decay.any() else ():
             losses = losses + (decay.view(-1, *[1] * (p.dim() - 1)) / 2 * p.square()).flatten(
                 1
             ).sum(1)
@@ -305,10 +349,13 @@ def randomization_tests(
             for g, validation in enumerate(validations):
                 metrics = {"val_accuracy": val_right[g].item(), "val_loss": val_loss[g].item()}
                 validation.log(epoch * updates_per_epoch, metrics)
-        return {
-            "train_accuracy": together.accuracy(stack(x), y),
-            "test_accuracy": together.accuracy(stack(test_x), test_y),
-        }
+        if epoch == epochs or len(traced) == len(chosen):
+            test = together.accuracy(stack(test_x), test_y)
+        else:  # only the traced networks, the others NaN until the end
+            test = torch.full((len(chosen),), torch.nan)
+            logits = eval_logits(stack, traced, test_x[traced])
+            test[traced] = together.accuracy(logits, test_y[traced]).to(test.dtype)
+        return {"train_accuracy": together.accuracy(stack(x), y), "test_accuracy": test}
 
     histories = together.train(
         stack,
@@ -316,7 +363,7 @@ def randomization_tests(
         losses_of_update,
         epochs * updates_per_epoch,
         evaluate=evaluate,
-        eval_every=updates_per_epoch,
+        eval_every=measure_every * updates_per_epoch,
         desc="randomization tests",
     )
     runs = {}
@@ -328,6 +375,19 @@ def randomization_tests(
             model, histories[g], c.data, updates_per_epoch, epochs_to_fit, validations[g]
         )
     return runs
+
+
+def eval_logits(stack: together.MLPStack, members: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """The logits (G', M, C) of some members (indices (G',)) of a stack of `network`s on their
+    inputs x (G', M, D), in eval mode (dropout off): each linear layer one batched product over
+    those members alone, a ReLU between them, as `network` has."""
+    h = x
+    layers = list(zip(stack.weights, stack.biases, strict=True))
+    for layer, (w, b) in enumerate(layers):
+        h = torch.baddbmm(b[members].unsqueeze(1), h, w[members])
+        if layer < len(layers) - 1:
+            h = torch.relu(h)
+    return h
 
 
 def randomization_test(
@@ -479,6 +539,73 @@ def plain_kernel_accuracy(
     alpha = torch.linalg.solve(K, Y)
     scores = torch.exp(-gamma * torch.cdist(test_x, x).square()) @ alpha
     return (scores.argmax(1) == test_y).double().mean().item()
+
+
+def descent_from_elsewhere(
+    K: torch.Tensor, Y: torch.Tensor, start: torch.Tensor, steps: int, lr: float
+) -> torch.Tensor:
+    """The null of gradient descent from zero: the same descent on the same loss, written again
+    here, started from a function f_0 that is not 0. `start` (N, C) is f_0 at the training
+    points; the iterate is f_0 + sum_i alpha_i k(x_i, .), and the alpha (N, C) it ends at is
+    returned. It fits the labels too, but keeps the part of f_0 outside the span of the k(x_i, .):
+    a larger norm than the minimum."""
+    alpha = torch.zeros_like(Y, dtype=torch.float64)
+    for _ in range(checks.integer("steps", steps, 0)):
+        alpha = alpha - lr * (start + K @ alpha - Y)
+    return alpha
+
+
+def warm_started_distance(
+    x: torch.Tensor,
+    Y: torch.Tensor,
+    start_x: torch.Tensor,
+    start_Y: torch.Tensor,
+    gamma: float,
+    steps: int,
+    lr: float,
+) -> float:
+    """The null of gradient descent from zero, by the experiment's own code: the same descent
+    on the labels Y (N, C) of x (N, D), started from the minimum-norm interpolant of other
+    points start_x (M, D) with labels start_Y (M, C) (a warm start from another fit); the RKHS
+    distance from where it ends to the minimum-norm interpolant of (x, Y), as a fraction of
+    that interpolant's norm."""
+    x, start_x, Y, start_Y = x.double(), start_x.double(), Y.double(), start_Y.double()
+
+    def gram(a, b):
+        return torch.exp(-gamma * torch.cdist(a, b).square())
+
+    K, K_start, K_cross = gram(x, x), gram(start_x, start_x), gram(start_x, x)
+    beta = torch.linalg.solve(K_start, start_Y)  # f_0 = sum_j beta_j k(z_j, .)
+    alpha = descent_from_elsewhere(K, Y, K_cross.T @ beta, steps, lr)
+    delta = alpha - torch.linalg.solve(K, Y)  # f_T - f* = f_0 + sum_i delta_i k(x_i, .)
+    # ||f_T - f*||^2 = beta^T K_zz beta + 2 beta^T K_zx delta + delta^T K delta (over the C)
+    squared = (beta * (K_start @ beta)).sum() + 2 * (beta * (K_cross @ delta)).sum()
+    squared = squared + (delta * (K @ delta)).sum()
+    optimum = torch.linalg.solve(K, Y)
+    return (squared.sqrt() / (optimum * (K @ optimum)).sum().sqrt()).item()
+
+
+def masked_training_fit(run: Run, *, seed: int, draws: int = 10) -> dict[str, float]:
+    """The run's accuracy and cross-entropy on its own training set with its dropout masks on,
+    as its updates see them (training mode, averaged over `draws` draws of the masks from the
+    seed), and with them off (eval mode)."""
+    x, y = run.data.epoch()
+    draws = checks.integer("draws", draws)
+    model = run.model
+    with torch.no_grad():
+        off = model(x)
+        model.train()
+        try:
+            with training.seeded(seed):
+                on = [model(x) for _ in range(draws)]
+        finally:
+            model.eval()
+    return {
+        "accuracy, masks on": sum(training.accuracy(logits, y) for logits in on) / draws,
+        "cross-entropy, masks on": sum(F.cross_entropy(logits, y).item() for logits in on) / draws,
+        "accuracy, masks off": training.accuracy(off, y),
+        "cross-entropy, masks off": F.cross_entropy(off, y).item(),
+    }
 
 
 def paired_prediction_error(first: torch.Tensor, second: torch.Tensor, truth: torch.Tensor):

@@ -64,6 +64,19 @@ def interpolant_without_solving():
     m.interpolate = lambda K, Y: Y.clone()
 
 
+def descent_gradient_without_the_kernel():
+    """Gradient descent on the kernel system takes the residual as if K were the identity,
+    alpha <- alpha - eta (alpha - Y): it ends at alpha = Y, not at the minimum-norm solution."""
+
+    def descend(K, Y, steps, lr):
+        alpha = Y * 0
+        for _ in range(steps):
+            alpha = alpha - lr * (alpha - Y)
+        return alpha
+
+    m.descend = descend
+
+
 def weight_decay_never_applied():
     """Every condition trains without its weight decay, whatever it asks for."""
     tests = experiment.randomization_tests
@@ -102,6 +115,7 @@ MUTANTS = [
     biases_not_interleaved,
     labels_left_behind_by_the_sort,
     interpolant_without_solving,
+    descent_gradient_without_the_kernel,
     weight_decay_never_applied,
     dropout_never_applied,
 ]
