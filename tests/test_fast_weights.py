@@ -991,21 +991,15 @@ def test_a_training_clips_the_gradient_before_adam():
     assert moved(free.model, 2, SMALL) > 5e-3
 
 
-def test_tune_together_clips_every_members_gradient_in_both_rungs():
+def tune_tiny(**options):
+    """tune_together on the tiny sets: one arm, two rungs of two steps, one kept."""
     train, validation = tiny_sets()
-    grids = experiment.tune_together(
-        train,
-        validation,
-        seed=2,
-        arms={"a": SMALL},
-        lrs=(1e-2, 3e-2),
-        rung=2,
-        steps=4,
-        keep=1,
-        batch_size=16,
-        eval_every=1,
-        clip=1e-12,
-    )
+    common = dict(seed=2, arms={"a": SMALL}, rung=2, steps=4, keep=1, batch_size=16, eval_every=1)
+    return experiment.tune_together(train, validation, **common, **options)
+
+
+def test_tune_together_clips_every_members_gradient_in_both_rungs():
+    grids = tune_tiny(lrs=(1e-2, 3e-2), clip=1e-12)
     (model,) = grids["a"].models.values()
     assert moved(model, 2, SMALL) < 1e-5
 
@@ -1013,19 +1007,7 @@ def test_tune_together_clips_every_members_gradient_in_both_rungs():
 def test_successive_halving_keeps_the_lowest_validation_loss_not_the_first_rate():
     # here the rate of 3e-2 overshoots at first: the rate of 1e-9, second in the grid, has the
     # lower mean validation loss at the rung, and it is the one that goes on
-    train, validation = tiny_sets()
-    grids = experiment.tune_together(
-        train,
-        validation,
-        seed=2,
-        arms={"a": SMALL},
-        lrs=(3e-2, 1e-9),
-        rung=2,
-        steps=4,
-        keep=1,
-        batch_size=16,
-        eval_every=1,
-    )
+    grids = tune_tiny(lrs=(3e-2, 1e-9))
     histories = grids["a"].histories
     at_rung = [sum(h["val_loss"][:2]) / 2 for h in histories]
     assert at_rung[1] < at_rung[0]
